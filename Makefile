@@ -1,0 +1,27 @@
+# Two commands matter (see README): `make demo` runs the main job on the bundled default
+# policy, `make test` runs the whole suite. Each builds its own virtualenv in .venv.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test lint typecheck bench clean
+
+$(BIN)/kilo-rules: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(BIN)/kilo-rules
+	$(BIN)/kilo-rules demo
+
+test: $(BIN)/kilo-rules
+	$(BIN)/ruff check kilo_rules tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+bench: $(BIN)/kilo-rules
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
