@@ -1,0 +1,172 @@
+"""Model descriptors and the bundled, versioned model catalog (``policies/models.yaml``).
+
+A :class:`ModelInfo` says what the runtime must know about a model: where it is served
+(provider and wire API), its limits, prices, prompt-cache facts, which family prompt it
+prefers and which tokenizer approximates it. Policies read these values as ``model.*``.
+A model that is not in the catalog can be described inline (a mapping in the same shape).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import CatalogError, Diagnostic, Location, did_you_mean
+
+#: Wire formats the runtime renders (one module each under ``kilo_rules.providers``).
+WireApi = Literal["anthropic", "openai", "bedrock", "gemini", "openai-compatible"]
+
+#: Provider ids known to the catalog and to cache/lowering tables in policies.
+PROVIDERS = (
+    "anthropic",
+    "openai",
+    "google",
+    "google-vertex",
+    "google-vertex-anthropic",
+    "amazon-bedrock",
+    "openrouter",
+    "deepseek",
+    "qwen",
+    "mistral",
+    "xai",
+    "moonshotai",
+    "kilo",
+    "litellm",
+    "ollama",
+    "azure",
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Limits(_Model):
+    """Token limits. ``input`` is set only where the provider caps input separately."""
+
+    context: int = Field(ge=0, description="Context window in tokens (input + output).")
+    input: int | None = Field(None, ge=0, description="Separate input limit, if any.")
+    output: int = Field(0, ge=0, description="Maximum output tokens (0 = unknown).")
+
+
+class Prices(_Model):
+    """USD per million tokens."""
+
+    input: float = Field(ge=0, description="Uncached input.")
+    output: float = Field(ge=0, description="Output (reasoning included).")
+    cache_write: float = Field(0, ge=0, description="Cache write (5-minute TTL where it applies).")
+    cache_write_1h: float | None = Field(None, ge=0, description="Cache write with 1-hour TTL.")
+    cache_read: float = Field(0, ge=0, description="Cache read.")
+
+
+class CacheFacts(_Model):
+    """What the provider's prompt cache allows for this model."""
+
+    kind: Literal["explicit", "automatic", "none"] = Field(
+        description="explicit: the request must carry breakpoints; automatic: the provider "
+        "caches prefixes by itself; none: no prompt caching."
+    )
+    max_breakpoints: int = Field(0, ge=0, description="Most explicit breakpoints per request.")
+    min_cacheable_tokens: int = Field(0, ge=0, description="Shortest prefix that is cached.")
+
+
+class ModelInfo(_Model):
+    """Everything the runtime needs to know about one model."""
+
+    id: str = Field(description="Catalog id, e.g. anthropic/claude-sonnet-4-5.")
+    provider: str = Field(description="Provider id, e.g. anthropic, openrouter, amazon-bedrock.")
+    family: str = Field(description="Model family, e.g. claude, gpt, gemini, deepseek.")
+    api_id: str = Field(description="The id sent to the provider's API.")
+    api: WireApi = Field(description="Wire format of requests for this model.")
+    name: str | None = Field(None, description="Display name.")
+    limits: Limits = Field(description="Token limits.")
+    prices: Prices | None = Field(None, description="USD per million tokens.")
+    cache: CacheFacts = Field(
+        default_factory=lambda: CacheFacts(kind="none"), description="Prompt-cache facts."
+    )
+    prompt: str | None = Field(
+        None, description="Prompt variant metadata (anthropic, gemini, beast, codex, ...)."
+    )
+    tokenizer: str = Field(
+        "estimate",
+        description="Token counter that approximates this model: estimate, or "
+        "tiktoken:<encoding> for an encoding shipped offline.",
+    )
+    reasoning: bool = Field(False, description="The model emits reasoning.")
+    media_in_tool_results: bool = Field(
+        False, description="Tool results may carry images (else media move to a user message)."
+    )
+    modalities: list[Literal["text", "image", "pdf", "audio", "video"]] = Field(
+        default_factory=lambda: ["text"], description="Input modalities."
+    )
+    source: str | None = Field(None, description="Where the limits and prices were read.")
+    as_of: str | None = Field(None, description="Date (YYYY-MM-DD) the facts were read.")
+
+
+class Catalog(_Model):
+    """The versioned model catalog."""
+
+    version: Literal[1] = Field(1, description="Catalog format version.")
+    as_of: str = Field(description="Date (YYYY-MM-DD) of the catalog revision.")
+    models: list[ModelInfo] = Field(description="Known models.")
+
+    def get(self, model_id: str) -> ModelInfo:
+        """Look a model up by catalog id (or, failing that, by api id)."""
+        for m in self.models:
+            if m.id == model_id:
+                return m
+        for m in self.models:
+            if m.api_id == model_id:
+                return m
+        suggestion = did_you_mean(model_id, [m.id for m in self.models])
+        raise CatalogError(
+            Diagnostic(
+                "model.unknown",
+                f"unknown model {model_id!r}",
+                Location("<model>", 1, 1),
+                hint=(f"did you mean {suggestion!r}?" if suggestion else None)
+                or "describe it inline (a YAML/JSON file with id, provider, family, api_id, "
+                "api and limits) or run `kilo-rules models` to list the catalog",
+            )
+        )
+
+
+def model_from_data(data: Any, file: str = "<model>") -> ModelInfo:
+    """Validate an inline model descriptor."""
+    try:
+        return ModelInfo.model_validate(data)
+    except ValidationError as exc:
+        raise CatalogError(
+            [
+                Diagnostic(
+                    "model.invalid",
+                    f"{'.'.join(str(p) for p in e['loc']) or 'model'}: {e['msg']}",
+                    Location(file, 1, 1),
+                )
+                for e in exc.errors()[:20]
+            ]
+        ) from None
+
+
+@lru_cache(maxsize=1)
+def bundled_catalog() -> Catalog:
+    """The catalog shipped in ``policies/models.yaml`` (validated, loaded once)."""
+    from .load import load_yaml_resource
+
+    doc = load_yaml_resource("models.yaml")
+    try:
+        return Catalog.model_validate(doc.data)
+    except ValidationError as exc:
+        diags = []
+        for e in exc.errors()[:20]:
+            path = tuple(e["loc"])
+            diags.append(
+                Diagnostic(
+                    "catalog.invalid",
+                    f"{'.'.join(str(p) for p in path)}: {e['msg']}",
+                    doc.locate(path),
+                )
+            )
+        raise CatalogError(diags) from None

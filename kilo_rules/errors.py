@@ -1,0 +1,182 @@
+"""One diagnostic shape for every stage, and the error hierarchy that carries it.
+
+A :class:`Diagnostic` is ``code + message + location + details + hint``. Every stage of the
+pipeline (YAML loading, schema validation, expression parsing and checking, compile, apply)
+reports problems in this shape, so that ``kilo-rules check`` and library callers see one
+format. Lines and columns are 1-based, as editors show them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Location:
+    """A position in a source file: 1-based line and column (``file:line:col``)."""
+
+    file: str
+    line: int
+    col: int
+    end_line: int | None = None
+    end_col: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    def shifted(self, line_offset: int, col: int) -> Location:
+        """A location ``line_offset`` lines below this one, at column ``col``."""
+        return Location(self.file, self.line + line_offset, col)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": self.file, "line": self.line, "col": self.col}
+        if self.end_line is not None:
+            out["end_line"] = self.end_line
+            out["end_col"] = self.end_col
+        return out
+
+
+UNKNOWN = Location("<unknown>", 1, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """A located problem: what went wrong, where, and what to do about it."""
+
+    code: str
+    message: str
+    location: Location = UNKNOWN
+    details: Mapping[str, Any] = field(default_factory=dict)
+    hint: str | None = None
+    severity: Severity = "error"
+
+    def sort_key(self) -> tuple[str, int, int, str, str]:
+        loc = self.location
+        return (loc.file, loc.line, loc.col, self.code, self.message)
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.severity}[{self.code}]: {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "code": self.code,
+            "severity": self.severity,
+            "message": self.message,
+            "location": self.location.to_json(),
+        }
+        if self.details:
+            out["details"] = dict(self.details)
+        if self.hint:
+            out["hint"] = self.hint
+        return out
+
+
+class KiloRulesError(Exception):
+    """Base of every error kilo-rules raises on bad input; carries diagnostics."""
+
+    def __init__(self, diagnostics: Diagnostic | Sequence[Diagnostic]) -> None:
+        diags = [diagnostics] if isinstance(diagnostics, Diagnostic) else list(diagnostics)
+        if not diags:
+            raise ValueError("an error needs at least one diagnostic")
+        self.diagnostics: list[Diagnostic] = sorted(diags, key=Diagnostic.sort_key)
+        super().__init__(str(self.diagnostics[0]))
+
+    @property
+    def diagnostic(self) -> Diagnostic:
+        """The first (best) diagnostic."""
+        return self.diagnostics[0]
+
+
+class PolicyError(KiloRulesError):
+    """A policy file is unreadable, invalid, or contradicts itself."""
+
+
+class SessionError(KiloRulesError):
+    """A session document does not follow Session v1."""
+
+
+class CatalogError(KiloRulesError):
+    """The model catalog or an inline model descriptor is invalid, or a model is unknown."""
+
+
+class ExprError(KiloRulesError):
+    """An expression does not parse or does not type-check."""
+
+
+class EvalError(KiloRulesError):
+    """An expression failed while being evaluated (division by zero, null operand, ...)."""
+
+
+class ImportFormatError(KiloRulesError):
+    """A foreign agent log could not be imported."""
+
+
+class ContextOverflowError(KiloRulesError):
+    """The request cannot be brought under the model's window (compaction exhausted)."""
+
+
+def render_text(
+    diagnostics: Iterable[Diagnostic],
+    sources: Mapping[str, str] | None = None,
+) -> str:
+    """Render diagnostics for people: ``file:line:col: error[code]: message``, the source
+    line, a caret under the column, then the hint and details."""
+    lines: list[str] = []
+    cache: dict[str, list[str]] = {}
+    for diag in diagnostics:
+        lines.append(str(diag))
+        text = (sources or {}).get(diag.location.file)
+        if text is not None:
+            src = cache.setdefault(diag.location.file, text.splitlines())
+            if 1 <= diag.location.line <= len(src):
+                line = src[diag.location.line - 1]
+                gutter = f"{diag.location.line:>4} | "
+                lines.append(gutter + line)
+                pad = "".join("\t" if ch == "\t" else " " for ch in line[: diag.location.col - 1])
+                width = 1
+                if diag.location.end_line == diag.location.line and diag.location.end_col:
+                    width = max(1, diag.location.end_col - diag.location.col)
+                lines.append(" " * (len(gutter) - 2) + "| " + pad + "^" * width)
+        if diag.hint:
+            lines.append(f"  hint: {diag.hint}")
+    return "\n".join(lines)
+
+
+def render_json(diagnostics: Iterable[Diagnostic]) -> str:
+    """Render diagnostics as a JSON array (stable field names, see ``Diagnostic.to_json``)."""
+    return json.dumps([d.to_json() for d in diagnostics], indent=2, ensure_ascii=False)
+
+
+def _gh_escape(text: str, *, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def render_github(diagnostics: Iterable[Diagnostic]) -> str:
+    """Render diagnostics as GitHub Actions workflow commands (inline annotations)."""
+    out = []
+    for d in diagnostics:
+        loc = d.location
+        level = "error" if d.severity == "error" else "warning"
+        props = f"file={_gh_escape(loc.file, prop=True)},line={loc.line},col={loc.col}"
+        if loc.end_line is not None:
+            props += f",endLine={loc.end_line},endColumn={loc.end_col}"
+        props += f",title={_gh_escape(d.code, prop=True)}"
+        msg = d.message + (f"\n{d.hint}" if d.hint else "")
+        out.append(f"::{level} {props}::{_gh_escape(msg)}")
+    return "\n".join(out)
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
+    """The closest candidate to ``word`` if it is close enough to be a likely typo."""
+    import difflib
+
+    found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return found[0] if found else None

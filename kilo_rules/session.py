@@ -1,0 +1,318 @@
+"""Session v1: a conversation as messages of typed parts (the parts model of Kilo Code).
+
+A session is what an agent has recorded so far. ``Plan.apply`` reads it and never changes it;
+what should be persisted comes back as mutations. Importers (``kilo_rules.importers``) turn
+foreign logs into this shape. The JSON Schema ``schemas/session.v1.json`` is generated from
+these models (``kilo-rules schema --write``) and a test keeps the two in step.
+
+Times are integer milliseconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import Diagnostic, Location, SessionError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TextPart(_Model):
+    """Plain text. ``synthetic`` marks text the runtime injected (environment blocks,
+    reminders); ``ignored`` text is kept in the record but never sent to the model."""
+
+    type: Literal["text"] = "text"
+    id: str = Field(description="Part id, unique within the session.")
+    text: str = Field(description="The text.")
+    synthetic: bool = Field(False, description="Injected by the runtime, not typed by a person.")
+    ignored: bool = Field(False, description="Kept in the record but never sent to the model.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form metadata.")
+
+
+class ReasoningPart(_Model):
+    """Model reasoning. A ``signature`` (or opaque ``encrypted`` state) must be sent back
+    byte-for-byte, so signed reasoning is never edited."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str = Field(description="Part id, unique within the session.")
+    text: str = Field(description="The reasoning text (may be empty when only encrypted).")
+    signature: str | None = Field(None, description="Provider signature over the reasoning.")
+    encrypted: str | None = Field(
+        None, description="Opaque encrypted reasoning state (redacted thinking)."
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form metadata.")
+
+
+class FilePart(_Model):
+    """A file or media attachment: an image, a PDF, or any document."""
+
+    type: Literal["file"] = "file"
+    id: str = Field(description="Part id, unique within the session.")
+    mime: str = Field(description="MIME type, e.g. image/png or application/pdf.")
+    url: str = Field(description="A data: URL with the content, or an http(s)/file URL.")
+    filename: str | None = Field(None, description="Original file name, if known.")
+    synthetic: bool = Field(False, description="Injected by the runtime.")
+
+
+class ToolTime(_Model):
+    """When a tool ran, and when its output was pruned (``compacted``)."""
+
+    start: int | None = Field(None, description="Start of execution (ms).")
+    end: int | None = Field(None, description="End of execution (ms).")
+    compacted: int | None = Field(
+        None,
+        description="When the output was pruned. A compacted output is still stored, "
+        "but the model sees a placeholder instead.",
+    )
+
+
+class ToolPart(_Model):
+    """A tool call and, once it ran, its result."""
+
+    type: Literal["tool"] = "tool"
+    id: str = Field(description="Part id, unique within the session.")
+    call_id: str = Field(description="The provider's tool-call id; pairs call and result.")
+    tool: str = Field(description="Tool name.")
+    input: dict[str, Any] = Field(default_factory=dict, description="Arguments of the call.")
+    status: Literal["pending", "running", "completed", "error"] = Field(
+        "completed", description="Execution state."
+    )
+    output: str = Field("", description="Result text (completed).")
+    error: str | None = Field(None, description="Error text (status error).")
+    title: str | None = Field(None, description="Short human title of the call.")
+    attachments: list[FilePart] = Field(
+        default_factory=list, description="Media the tool returned (screenshots, PDFs)."
+    )
+    time: ToolTime = Field(default_factory=ToolTime, description="Execution and prune times.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form metadata.")
+
+
+class StepStartPart(_Model):
+    """Marks the start of one model step inside an assistant message."""
+
+    type: Literal["step-start"] = "step-start"
+    id: str = Field(description="Part id, unique within the session.")
+
+
+class CompactionPart(_Model):
+    """On a user message: asks for (and records) a compaction of everything before it."""
+
+    type: Literal["compaction"] = "compaction"
+    id: str = Field(description="Part id, unique within the session.")
+    auto: bool = Field(True, description="Started automatically (overflow) rather than asked.")
+    overflow: bool | None = Field(
+        None,
+        description="True when a provider overflow error started it, false for the "
+        "preflight estimate, null when requested by a person.",
+    )
+    tail_start_id: str | None = Field(
+        None, description="First message of the verbatim tail kept after the summary."
+    )
+
+
+Part = Annotated[
+    TextPart | ReasoningPart | FilePart | ToolPart | StepStartPart | CompactionPart,
+    Field(discriminator="type"),
+]
+
+
+class CacheTokens(_Model):
+    """Prompt-cache token counts reported by the provider."""
+
+    read: int = Field(0, ge=0, description="Input tokens read from the prompt cache.")
+    write: int = Field(0, ge=0, description="Input tokens written to the prompt cache.")
+
+
+class TokenUsage(_Model):
+    """Token usage of one assistant message, as the provider reported it."""
+
+    input: int = Field(0, ge=0, description="Uncached input tokens.")
+    output: int = Field(0, ge=0, description="Output tokens (without reasoning).")
+    reasoning: int = Field(0, ge=0, description="Reasoning tokens.")
+    cache: CacheTokens = Field(default_factory=CacheTokens, description="Cache reads/writes.")
+    total: int | None = Field(None, ge=0, description="Provider total, used only as fallback.")
+
+
+class MessageError(_Model):
+    """Why an assistant message failed."""
+
+    name: str = Field(description="Error class, e.g. MessageAbortedError, APIError.")
+    message: str = Field("", description="Error text.")
+
+
+class Message(_Model):
+    """One user or assistant message made of parts."""
+
+    id: str = Field(description="Message id, unique within the session; sorts by time.")
+    role: Literal["user", "assistant"] = Field(description="Who wrote it.")
+    created: int = Field(0, ge=0, description="Creation time (ms).")
+    parts: list[Part] = Field(default_factory=list, description="The content, in order.")
+    agent: str | None = Field(None, description="Agent (mode) name, e.g. code, plan.")
+    model: str | None = Field(None, description="Model id that produced or will answer it.")
+    system: str | None = Field(None, description="Per-message system prompt override (user).")
+    parent_id: str | None = Field(None, description="The user message an assistant answers.")
+    summary: bool = Field(False, description="An assistant message that is a compaction summary.")
+    finish: str | None = Field(None, description="Finish reason; set once the step ended.")
+    error: MessageError | None = Field(None, description="Set when the message failed.")
+    tokens: TokenUsage | None = Field(None, description="Provider token usage (assistant).")
+    cost: float | None = Field(None, ge=0, description="Cost in USD (assistant).")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form metadata.")
+
+
+class ToolDefinition(_Model):
+    """A tool the agent offers the model."""
+
+    name: str = Field(description="Tool name.")
+    description: str = Field("", description="What the tool does.")
+    input_schema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the arguments.",
+    )
+
+
+class Session(_Model):
+    """A recorded or live agent session (Session v1)."""
+
+    version: Literal[1] = Field(1, description="Format version.")
+    id: str = Field(description="Session id.")
+    title: str | None = Field(None, description="Human title.")
+    directory: str | None = Field(None, description="Working directory of the session.")
+    agent: str | None = Field(None, description="Default agent (mode) name.")
+    model: str | None = Field(None, description="Model id the session ran with.")
+    tools: list[ToolDefinition] = Field(default_factory=list, description="Tools offered.")
+    messages: list[Message] = Field(default_factory=list, description="Messages, oldest first.")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Free-form metadata (origin, license, importer)."
+    )
+
+
+def _json_locator(text: str, file: str) -> dict[tuple[str | int, ...], Location]:
+    """Map each JSON path of ``text`` to the position of its value (small recursive scanner).
+
+    Only used to locate validation errors, so it trades speed for having no dependency."""
+    positions: dict[tuple[str | int, ...], Location] = {}
+    line_starts = [0]
+    for i, ch in enumerate(text):
+        if ch == "\n":
+            line_starts.append(i + 1)
+
+    import bisect
+
+    def loc(i: int) -> Location:
+        ln = bisect.bisect_right(line_starts, i) - 1
+        return Location(file, ln + 1, i - line_starts[ln] + 1)
+
+    decoder = json.JSONDecoder()
+    ws = " \t\r\n"
+
+    def skip(i: int) -> int:
+        while i < len(text) and text[i] in ws:
+            i += 1
+        return i
+
+    def value(i: int, path: tuple[str | int, ...]) -> int:
+        i = skip(i)
+        positions[path] = loc(i)
+        if i >= len(text):
+            return i
+        ch = text[i]
+        if ch == "{":
+            i = skip(i + 1)
+            if i < len(text) and text[i] == "}":
+                return i + 1
+            while i < len(text):
+                i = skip(i)
+                key, i = decoder.raw_decode(text, i)
+                i = skip(i)
+                i = value(i + 1, (*path, str(key)))
+                i = skip(i)
+                if i < len(text) and text[i] == ",":
+                    i += 1
+                    continue
+                return i + 1
+            return i
+        if ch == "[":
+            i = skip(i + 1)
+            if i < len(text) and text[i] == "]":
+                return i + 1
+            n = 0
+            while i < len(text):
+                i = value(i, (*path, n))
+                n += 1
+                i = skip(i)
+                if i < len(text) and text[i] == ",":
+                    i += 1
+                    continue
+                return i + 1
+            return i
+        _, end = decoder.raw_decode(text, i)
+        return int(end)
+
+    try:
+        value(0, ())
+    except (ValueError, IndexError, RecursionError):
+        pass
+    return positions
+
+
+def session_from_json(text: str, file: str = "<session>") -> Session:
+    """Parse and validate a Session v1 JSON document; errors are located ``file:line:col``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SessionError(
+            Diagnostic("session.json", f"not valid JSON: {exc.msg}", Location(file, exc.lineno, exc.colno))
+        ) from None
+    return session_from_data(data, file=file, text=text)
+
+
+def session_from_data(data: Any, file: str = "<session>", text: str | None = None) -> Session:
+    """Validate already-parsed Session v1 data."""
+    try:
+        return Session.model_validate(data)
+    except ValidationError as exc:
+        where = _json_locator(text, file) if text is not None else {}
+        diags = []
+        for err in exc.errors()[:50]:
+            path = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _PART_TAGS))
+            location = Location(file, 1, 1)
+            for cut in range(len(path), -1, -1):
+                if path[:cut] in where:
+                    location = where[path[:cut]]
+                    break
+            dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path) or "."
+            diags.append(
+                Diagnostic(
+                    "session.invalid",
+                    f"{dotted.lstrip('.') or 'session'}: {err['msg']}",
+                    location,
+                    details={"path": list(path), "type": err["type"]},
+                )
+            )
+        raise SessionError(diags) from None
+
+
+_PART_TAGS = {"text", "reasoning", "file", "tool", "step-start", "compaction"}
+
+
+def load_session(path: str | Path) -> Session:
+    """Read a Session v1 JSON file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SessionError(
+            Diagnostic("io.read", f"cannot read session: {exc.strerror}", Location(str(p), 1, 1))
+        ) from None
+    return session_from_json(text, file=str(p))
+
+
+def dump_session(session: Session) -> str:
+    """Serialise a session as Session v1 JSON (nulls omitted, stable key order)."""
+    return session.model_dump_json(indent=2, exclude_none=True)

@@ -1,0 +1,1 @@
+"""Bundled policies, prompt texts and the model catalog (data only; read with importlib.resources)."""

@@ -1,0 +1,1 @@
+"""Prompt texts referenced by the bundled policies."""

@@ -1,0 +1,1 @@
+"""JSON Schemas of the policy, session, catalog and decisions formats (data only)."""
