@@ -1,0 +1,396 @@
+"""YAML files → plain data plus a source map (JSON path → ``file:line:col``), within limits.
+
+PyYAML composes a node graph that keeps every position; we build the data from it ourselves so
+that (a) each value and each key keeps its location, (b) aliases are counted and their
+expansion is bounded (a billion-laughs document stops after a few thousand nodes, not after
+the machine runs out of memory), (c) nesting depth is bounded without Python recursion
+errors, and (d) only the standard YAML tags are accepted. PyYAML marks are 0-based; our
+locations are 1-based.
+"""
+
+from __future__ import annotations
+
+import bisect
+import importlib.resources
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
+
+from .errors import Diagnostic, Location, PolicyError
+
+JsonPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on what a YAML document may cost to load."""
+
+    max_bytes: int = 1_000_000
+    max_aliases: int = 100
+    max_nodes: int = 20_000
+    max_depth: int = 64
+
+
+DEFAULT_LIMITS = Limits()
+
+_STANDARD_TAGS = {
+    "tag:yaml.org,2002:str",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+    "tag:yaml.org,2002:map",
+    "tag:yaml.org,2002:seq",
+    "tag:yaml.org,2002:timestamp",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarInfo:
+    """Where a string scalar sits in the source, to locate positions inside it."""
+
+    style: str | None  # None (plain), "'", '"', "|", ">"
+    start: int  # character offset of the scalar's first source character
+    end: int
+
+
+@dataclass
+class Document:
+    """A loaded YAML document: its data and where every value came from."""
+
+    file: str
+    text: str
+    data: Any
+    values: dict[JsonPath, Location] = field(default_factory=dict)
+    keys: dict[JsonPath, Location] = field(default_factory=dict)
+    scalars: dict[JsonPath, ScalarInfo] = field(default_factory=dict)
+    _line_starts: list[int] | None = field(default=None, repr=False)
+
+    def _pos(self, offset: int) -> Location:
+        if self._line_starts is None:
+            starts = [0]
+            starts.extend(i + 1 for i, ch in enumerate(self.text) if ch == "\n")
+            self._line_starts = starts
+        ln = bisect.bisect_right(self._line_starts, offset) - 1
+        return Location(self.file, ln + 1, offset - self._line_starts[ln] + 1)
+
+    def locate(self, path: JsonPath) -> Location:
+        """Location of the value at ``path``, or of its nearest located ancestor."""
+        for cut in range(len(path), -1, -1):
+            loc = self.values.get(path[:cut])
+            if loc is not None:
+                return loc
+        return Location(self.file, 1, 1)
+
+    def locate_key(self, path: JsonPath) -> Location:
+        """Location of the mapping key that names ``path`` (falls back to the value)."""
+        return self.keys.get(path) or self.locate(path)
+
+    def locate_in_scalar(self, path: JsonPath, offset: int) -> Location:
+        """Location of character ``offset`` of the string value at ``path``.
+
+        Works for plain, quoted and block scalars by walking the source and the value in
+        step: every non-blank value character is matched to its next occurrence in the
+        source span, which skips indentation, quotes and folding."""
+        info = self.scalars.get(path)
+        value = _get(self.data, path)
+        if info is None or not isinstance(value, str):
+            return self.locate(path)
+        src = self.text
+        i = info.start
+        if info.style in ("|", ">"):
+            nl = src.find("\n", i)
+            i = info.end if nl < 0 else nl + 1
+        elif info.style in ("'", '"'):
+            i += 1
+        end = info.end
+        for ch in value[: max(0, offset)]:
+            if ch.isspace():
+                continue
+            j = src.find(ch, i, end)
+            if j < 0:
+                break
+            i = j + 1
+        while i < end and offset < len(value) and src[i] != value[offset] and src[i].isspace():
+            i += 1
+        return self._pos(min(i, max(info.start, end - 1)) if end > info.start else info.start)
+
+
+def _get(data: Any, path: JsonPath) -> Any:
+    for p in path:
+        try:
+            data = data[p]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+class _Loader(Reader, Scanner, yaml.parser.Parser, Composer, SafeConstructor, Resolver):
+    """A safe composer that counts aliases as it meets them (before any expansion)."""
+
+    def __init__(self, stream: str, limits: Limits) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        self.limits = limits
+        self.alias_count = 0
+        self.depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        if self.check_event(yaml.events.AliasEvent):
+            self.alias_count += 1
+            if self.alias_count > self.limits.max_aliases:
+                event = self.peek_event()
+                raise _LimitHit(
+                    "yaml.aliases",
+                    f"too many aliases (more than {self.limits.max_aliases})",
+                    event.start_mark,
+                    "anchors and aliases are allowed, but only a few; use extends: to share "
+                    "whole sections",
+                )
+        self.depth += 1
+        try:
+            if self.depth > self.limits.max_depth:
+                event = self.peek_event()
+                raise _LimitHit(
+                    "yaml.depth",
+                    f"nesting deeper than {self.limits.max_depth} levels",
+                    event.start_mark,
+                    None,
+                )
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self.depth -= 1
+
+
+class _LimitHit(Exception):
+    def __init__(self, code: str, message: str, mark: Any, hint: str | None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.mark, self.hint = code, message, mark, hint
+
+
+def _mark_loc(file: str, mark: Any) -> Location:
+    if mark is None:
+        return Location(file, 1, 1)
+    return Location(file, mark.line + 1, mark.column + 1)
+
+
+def parse_yaml(text: str, file: str = "<string>", limits: Limits = DEFAULT_LIMITS) -> Document:
+    """Parse one YAML document into a :class:`Document`; every failure is a located
+    :class:`PolicyError` (syntax, duplicate key, custom tag, limits)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limits.max_bytes:
+        raise PolicyError(
+            Diagnostic(
+                "yaml.size",
+                f"file is {size:,} bytes; the limit is {limits.max_bytes:,}",
+                Location(file, 1, 1),
+                details={"bytes": size, "limit": limits.max_bytes},
+                hint="split the policy with extends:, or move long prompt texts into files",
+            )
+        )
+    loader = _Loader(text, limits)
+    try:
+        root = loader.get_single_node()
+    except _LimitHit as hit:
+        raise PolicyError(
+            Diagnostic(hit.code, hit.message, _mark_loc(file, hit.mark), hint=hit.hint)
+        ) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise PolicyError(
+            Diagnostic("yaml.syntax", f"YAML syntax error: {problem}", _mark_loc(file, mark))
+        ) from None
+    except yaml.YAMLError as exc:
+        raise PolicyError(
+            Diagnostic("yaml.syntax", f"YAML error: {exc}", Location(file, 1, 1))
+        ) from None
+    finally:
+        loader.dispose()
+    doc = Document(file=file, text=text, data=None)
+    if root is None:
+        doc.data = None
+        return doc
+    builder = _Builder(doc, loader, limits)
+    doc.data = builder.build(root)
+    return doc
+
+
+class _Builder:
+    """Turns the node graph into JSON-like data, iteratively, counting expanded nodes."""
+
+    def __init__(self, doc: Document, constructor: SafeConstructor, limits: Limits) -> None:
+        self.doc = doc
+        self.constructor = constructor
+        self.limits = limits
+        self.nodes = 0
+
+    def error(self, code: str, message: str, node: Node, hint: str | None = None) -> PolicyError:
+        return PolicyError(Diagnostic(code, message, _mark_loc(self.doc.file, node.start_mark), hint=hint))
+
+    def scalar(self, node: ScalarNode, path: JsonPath) -> Any:
+        tag = node.tag
+        if tag == "tag:yaml.org,2002:str":
+            self.doc.scalars[path] = ScalarInfo(
+                node.style, node.start_mark.index, node.end_mark.index
+            )
+            return node.value
+        if tag == "tag:yaml.org,2002:timestamp":
+            # JSON has no dates: keep the text the author wrote.
+            return node.value
+        if tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                   "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"):
+            value = self.constructor.construct_object(node)
+            if isinstance(value, float) and value != value:  # NaN is not JSON
+                raise self.error("yaml.value", "NaN is not allowed", node)
+            return value
+        raise self.error(
+            "yaml.tag",
+            f"tag {node.tag!r} is not allowed",
+            node,
+            "policies use plain YAML: strings, numbers, booleans, null, lists and mappings",
+        )
+
+    def build(self, root: Node) -> Any:
+        # An explicit stack instead of recursion: depth is already bounded by the composer,
+        # but expansion of aliases must also be bounded in total work.
+        result: list[Any] = [None]
+        stack: list[tuple[Node, JsonPath, Any, Any]] = [(root, (), result, 0)]
+        while stack:
+            node, path, container, slot = stack.pop()
+            self.nodes += 1
+            if self.nodes > self.limits.max_nodes:
+                raise self.error(
+                    "yaml.expansion",
+                    f"document expands to more than {self.limits.max_nodes:,} values "
+                    "(alias expansion?)",
+                    node,
+                    "an alias repeats everything its anchor holds; nested aliases multiply",
+                )
+            self.doc.values.setdefault(path, _mark_loc(self.doc.file, node.start_mark))
+            if node.tag not in _STANDARD_TAGS:
+                raise self.error(
+                    "yaml.tag",
+                    f"tag {node.tag!r} is not allowed",
+                    node,
+                    "policies use plain YAML: strings, numbers, booleans, null, lists and "
+                    "mappings",
+                )
+            if isinstance(node, ScalarNode):
+                container[slot] = self.scalar(node, path)
+            elif isinstance(node, SequenceNode):
+                seq: list[Any] = [None] * len(node.value)
+                container[slot] = seq
+                for i in range(len(node.value) - 1, -1, -1):
+                    stack.append((node.value[i], (*path, i), seq, i))
+            elif isinstance(node, MappingNode):
+                mapping: dict[str, Any] = {}
+                container[slot] = mapping
+                pending = []
+                for key_node, value_node in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        raise self.error(
+                            "yaml.merge",
+                            "merge keys (<<) are not supported",
+                            key_node,
+                            "use extends: to build on another policy",
+                        )
+                    if not isinstance(key_node, ScalarNode) or key_node.tag not in (
+                        "tag:yaml.org,2002:str",
+                        "tag:yaml.org,2002:int",
+                        "tag:yaml.org,2002:bool",
+                        "tag:yaml.org,2002:null",
+                    ):
+                        raise self.error("yaml.key", "mapping keys must be plain strings", key_node)
+                    key = str(key_node.value)
+                    if key in mapping:
+                        raise self.error(
+                            "yaml.duplicate-key",
+                            f"duplicate key {key!r}",
+                            key_node,
+                            f"{key!r} is already set at line {self.doc.keys[(*path, key)].line}",
+                        )
+                    mapping[key] = None
+                    self.doc.keys[(*path, key)] = _mark_loc(self.doc.file, key_node.start_mark)
+                    pending.append((value_node, (*path, key), mapping, key))
+                stack.extend(reversed(pending))
+        return result[0]
+
+
+def read_text_limited(path: Path, limits: Limits = DEFAULT_LIMITS) -> str:
+    """Read a file, refusing to load more than the size limit into memory."""
+    with path.open("rb") as fh:
+        raw = fh.read(limits.max_bytes + 1)
+    if len(raw) > limits.max_bytes:
+        size = path.stat().st_size
+        raise PolicyError(
+            Diagnostic(
+                "yaml.size",
+                f"file is {size:,} bytes; the limit is {limits.max_bytes:,}",
+                Location(str(path), 1, 1),
+                details={"bytes": size, "limit": limits.max_bytes},
+                hint="split the policy with extends:, or move long prompt texts into files",
+            )
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise PolicyError(
+            Diagnostic("yaml.encoding", "file is not valid UTF-8", Location(str(path), line, col))
+        ) from None
+
+
+def load_yaml_file(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Document:
+    """Read and parse a YAML file (I/O errors become located ``io.read`` diagnostics)."""
+    p = Path(path)
+    try:
+        text = read_text_limited(p, limits)
+    except OSError as exc:
+        raise PolicyError(
+            Diagnostic("io.read", f"cannot read file: {exc.strerror or exc}", Location(str(p), 1, 1))
+        ) from None
+    return parse_yaml(text, str(p), limits)
+
+
+def resource_root() -> Any:
+    """The bundled ``policies/`` directory (a Traversable; a real path in a checkout)."""
+    return importlib.resources.files("kilo_rules.policies")
+
+
+def schema_root() -> Any:
+    """The bundled ``schemas/`` directory."""
+    return importlib.resources.files("kilo_rules.schemas")
+
+
+def load_yaml_resource(name: str) -> Document:
+    """Parse a bundled file from ``policies/`` (e.g. ``models.yaml``)."""
+    res = resource_root() / name
+    label = str(res) if isinstance(res, Path) else f"<bundled>/{name}"
+    return parse_yaml(res.read_text(encoding="utf-8"), label)
+
+
+def iter_paths(data: Any, path: JsonPath = ()) -> Iterator[tuple[JsonPath, Any]]:
+    """Every (path, value) pair of a JSON-like tree, parents before children."""
+    stack = [(path, data)]
+    while stack:
+        p, v = stack.pop()
+        yield p, v
+        if isinstance(v, dict):
+            stack.extend(((*p, k), c) for k, c in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend(((*p, i), c) for i, c in reversed(list(enumerate(v))))
