@@ -1,0 +1,544 @@
+"""Policy v1: the typed model of a policy file, the single source of ``schemas/policy.v1.json``.
+
+Every knob Kilo Code hard-codes is a field here. Values that depend on the model or the
+session are *expressions* (strings in the YAML, see ``docs/expressions.md``); a field that
+takes one is marked with :class:`ExprOf` so the checker knows the type it must produce.
+Defaults are **not** Kilo's constants: the bundled ``kilo-default`` policy states those
+explicitly, with their upstream origin, and other policies ``extends:`` it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True, slots=True)
+class ExprOf:
+    """Marks a field whose string value is an expression producing ``type``."""
+
+    type: Literal["int", "number", "bool", "str"]
+
+
+def _expr_schema(kind: str) -> dict[str, Any]:
+    return {"x-expression": kind}
+
+
+IntExpr = Annotated[
+    int | str,
+    ExprOf("int"),
+    Field(json_schema_extra=_expr_schema("int")),
+]
+NumberExpr = Annotated[
+    float | int | str,
+    ExprOf("number"),
+    Field(json_schema_extra=_expr_schema("number")),
+]
+BoolExpr = Annotated[
+    bool | str,
+    ExprOf("bool"),
+    Field(json_schema_extra=_expr_schema("bool")),
+]
+StrExpr = Annotated[str, ExprOf("str"), Field(json_schema_extra=_expr_schema("str"))]
+Condition = Annotated[str | bool, ExprOf("bool"), Field(json_schema_extra=_expr_schema("bool"))]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------------- tokens
+
+
+class Tokens(_Section):
+    """How tokens are counted (spec §1)."""
+
+    counter: str | None = Field(
+        None,
+        description="Token counter: 'estimate' (characters / chars_per_token), "
+        "'tiktoken:<encoding>' (loaded offline), or 'model' to use the model's catalog "
+        "tokenizer.",
+        pattern=r"^(estimate|model|tiktoken:[A-Za-z0-9_]+)$",
+    )
+    chars_per_token: float | None = Field(
+        None, gt=0, description="Characters per token of the estimate (Kilo: 4, rounded half-up)."
+    )
+    safety_factor: float | None = Field(
+        None, ge=1, description="Multiplier applied to every count, to err on the safe side."
+    )
+    preflight_factor: float | None = Field(
+        None,
+        ge=1,
+        description="Correction applied to the preflight estimate and the chunked-compaction "
+        "'needed' test (Kilo: 1.3). Not applied to provider-reported usage.",
+    )
+
+
+# --------------------------------------------------------------------------------- output
+
+
+class OutputCap(_Section):
+    """Lowering the output cap so input + output fit the window (spec §5, capOutputTokens)."""
+
+    enabled: bool | None = Field(None, description="Apply the cap decision table.")
+    safety: int | None = Field(None, ge=0, description="Tokens kept free (Kilo SAFETY: 2048).")
+    minimum: int | None = Field(
+        None, ge=0, description="Never cap below this (Kilo MIN_OUTPUT: 1024)."
+    )
+    media_reserve: int | None = Field(
+        None, ge=0, description="Tokens added per media part to the estimate (Kilo: 2048)."
+    )
+
+
+class Output(_Section):
+    """Output-token maximum (spec §2)."""
+
+    max_tokens: IntExpr | None = Field(
+        None,
+        description="Policy maximum of output tokens (Kilo OUTPUT_TOKEN_MAX: 32000). "
+        "`config.output_token_max` lets the agent override it per run.",
+    )
+    configured: IntExpr | None = Field(
+        None,
+        description="The configured cap for this model (Kilo maxOutputTokens: "
+        "min(model limit, max) or max when the model limit is 0).",
+    )
+    send: BoolExpr | None = Field(
+        None,
+        description="Whether a cap is sent at all (Kilo omits it for openai-compatible gpt-5).",
+    )
+    cap: OutputCap | None = Field(None, description="capOutputTokens decision table.")
+
+
+# --------------------------------------------------------------------------------- budget
+
+
+class Budget(_Section):
+    """The usable input window (spec §3). Later expressions read these as budget.*."""
+
+    reserved: IntExpr | None = Field(
+        None, description="Tokens reserved for the answer (Kilo: min(20000, configured output))."
+    )
+    usable: IntExpr | None = Field(
+        None,
+        description="Usable input tokens (Kilo: input limit − reserved when the model has "
+        "an input limit, else context − configured output).",
+    )
+
+
+class Preflight(_Section):
+    """Estimate the request before sending it and compact early (spec §4)."""
+
+    enabled: BoolExpr | None = Field(
+        None, description="Run the preflight estimate (Kilo: only with threshold_percent set)."
+    )
+    skip_mid_tool_loop: bool | None = Field(
+        None, description="Never compact while a tool round-trip is open (Kilo: true)."
+    )
+
+
+class Overflow(_Section):
+    """When the context counts as overflowing (spec §3)."""
+
+    auto: bool | None = Field(None, description="Detect overflow and compact automatically.")
+    count: list[Literal["input", "output", "reasoning", "cache_read", "cache_write"]] | None = (
+        Field(
+            None,
+            description="Usage fields summed into the overflow count (Kilo: all five; the "
+            "provider total is used only when they sum to 0).",
+        )
+    )
+    comparison: Literal[">=", ">"] | None = Field(
+        None, description="count >= limit (Kilo) or count > limit (old opencode)."
+    )
+    threshold_percent: NumberExpr | None = Field(
+        None,
+        description="Compact at this percentage of the window (Kilo-only; null = at usable).",
+    )
+    threshold_window: IntExpr | None = Field(
+        None, description="The window the percentage applies to (Kilo: input limit or context)."
+    )
+    limit: IntExpr | None = Field(
+        None, description="The overflow limit (Kilo: min(usable, floor(window × pct / 100)))."
+    )
+    preflight: Preflight | None = Field(None, description="Preflight estimate (spec §4).")
+
+
+class Payload(_Section):
+    """Guard on the byte size of the message JSON (spec §8 step 6)."""
+
+    max_bytes: IntExpr | None = Field(
+        None, description="Byte limit of the serialised messages (Kilo REQUEST_PRUNE_BYTES)."
+    )
+    on_exceed: Literal["prune-once", "warn", "error"] | None = Field(
+        None,
+        description="prune-once: prune with reason payload-limit, rebuild, then send with a "
+        "warning (Kilo); warn: only warn; error: refuse to build the request.",
+    )
+
+
+# --------------------------------------------------------------------------------- prune
+
+
+class PruneReasons(_Section):
+    """Which triggers may prune (spec §6 gate)."""
+
+    normal: bool | None = Field(None, description="Prune on every step (Kilo: opt-in, false).")
+    post_compaction: bool | None = Field(None, description="Prune after a summary (Kilo: true).")
+    payload_limit: bool | None = Field(
+        None, description="Prune when the payload is too big (Kilo: true)."
+    )
+
+
+class Prune(_Section):
+    """Mark old tool outputs as compacted (spec §6). Nothing is deleted."""
+
+    enabled: bool | None = Field(None, description="Master switch (KILO_DISABLE_PRUNE).")
+    reasons: PruneReasons | None = Field(None, description="Per-trigger enablement.")
+    protect_turns: int | None = Field(
+        None, ge=0, description="Most recent user turns never pruned (Kilo: 2)."
+    )
+    protect_tokens: IntExpr | None = Field(
+        None, description="Newest tool-output tokens kept (Kilo PRUNE_PROTECT: 40000)."
+    )
+    minimum_tokens: IntExpr | None = Field(
+        None,
+        description="Prune only if more than this many tokens would go (Kilo PRUNE_MINIMUM: "
+        "20000); all or nothing.",
+    )
+    protected_tools: list[str] | None = Field(
+        None, description="Tools whose output is never pruned (Kilo: [skill])."
+    )
+    placeholder: str | None = Field(
+        None, description="Text the model sees instead of a pruned output."
+    )
+
+
+# --------------------------------------------------------------------------------- compaction
+
+
+class Summary(_Section):
+    """The summary request (spec §7.5)."""
+
+    template: str | None = Field(
+        None, description="File (relative to the policy) with the summary template."
+    )
+    new_instruction: str | None = Field(None, description="Instruction when no summary exists.")
+    update_instruction: str | None = Field(
+        None,
+        description="Instruction to update the previous summary; {previous} is replaced by "
+        "it, wrapped in <previous-summary> tags.",
+    )
+    tool_output_max_chars: int | None = Field(
+        None, ge=0, description="Tool outputs in the summary input are cut here (Kilo: 2000)."
+    )
+    strip_media: bool | None = Field(None, description="Replace media in the summary input.")
+    request_text: str | None = Field(
+        None, description="Text of the compaction user message (Kilo: 'What did we do so far?')."
+    )
+
+
+class Chunking(_Section):
+    """Chunked fallback when the head is too big to summarise at once."""
+
+    enabled: bool | None = Field(None, description="Use the chunked fallback.")
+    output_max: int | None = Field(None, ge=1, description="Summary output cap (Kilo: 2048).")
+    budget_ratio: float | None = Field(
+        None, gt=0, le=1, description="Chunk budget = usable × ratio (Kilo: 0.6)."
+    )
+    min_budget: int | None = Field(None, ge=1, description="Smallest chunk budget (Kilo: 1000).")
+    parallel: int | None = Field(None, ge=1, description="Chunks summarised at once (Kilo: 3).")
+    max_reduce_depth: int | None = Field(None, ge=1, description="Merge depth (Kilo: 3).")
+    clip_text_chars: int | None = Field(None, ge=1, description="Text clip (Kilo: 16000).")
+    clip_tool_chars: int | None = Field(None, ge=1, description="Tool I/O clip (Kilo: 2000).")
+
+
+class Pin(_Section):
+    """Something that must survive compaction verbatim (beyond Kilo)."""
+
+    messages_matching: str | None = Field(
+        None, description="Regex: user messages whose text matches are kept verbatim."
+    )
+    layer: str | None = Field(None, description="A system layer id re-sent after compaction.")
+
+
+class Compaction(_Section):
+    """Summary + verbatim tail (spec §7)."""
+
+    auto: bool | None = Field(None, description="Compact automatically (KILO_DISABLE_AUTOCOMPACT).")
+    tail_turns: int | None = Field(
+        None, ge=0, description="Recent turns kept verbatim (Kilo: 2; 0 = no tail)."
+    )
+    preserve_recent_tokens: IntExpr | None = Field(
+        None, description="Token budget of the tail (Kilo: clamp(floor(usable × 0.25), 2000, 8000))."
+    )
+    max_attempts: int | None = Field(
+        None, ge=1, description="Compactions per turn before failing (Kilo: 3)."
+    )
+    replay: bool | None = Field(
+        None, description="Re-post the last user message after an overflow compaction."
+    )
+    continue_text: str | None = Field(
+        None, description="Synthetic user message after an automatic compaction."
+    )
+    overflow_preamble: str | None = Field(
+        None, description="Prefix of the continue text when media overflowed the window."
+    )
+    summary: Summary | None = Field(None, description="The summary request.")
+    chunking: Chunking | None = Field(None, description="Chunked fallback.")
+    pin: list[Pin] | None = Field(None, description="Kept verbatim across compactions.")
+
+
+# --------------------------------------------------------------------------------- tool output
+
+
+class ToolOutput(_Section):
+    """Truncation when a tool returns (spec §11.1)."""
+
+    max_lines: int | None = Field(None, ge=1, description="Line limit (Kilo: 2000).")
+    max_bytes: int | None = Field(None, ge=1, description="UTF-8 byte limit (Kilo: 51200).")
+    direction: Literal["head", "tail"] | None = Field(None, description="Which end is kept.")
+    spill_dir: str | None = Field(
+        None, description="Directory the full output is written to (~ is expanded)."
+    )
+    retention: int | str | None = Field(
+        None, description="How long spilled files are kept: seconds or a duration like 7d."
+    )
+
+
+# --------------------------------------------------------------------------------- system
+
+
+LayerSource = Literal[
+    "file", "text", "soul", "agent", "family", "environment", "instructions", "skills", "user"
+]
+
+
+class Instructions(_Section):
+    """Instruction-file discovery (AGENTS.md and friends)."""
+
+    global_files: list[str] | None = Field(
+        None, description="Global candidates; the first that exists is used."
+    )
+    project_files: list[str] | None = Field(
+        None,
+        description="Names searched upward from the working directory; the first name found "
+        "wins and ancestors are not stacked.",
+    )
+    globs: list[str] | None = Field(None, description="Extra files (globs) from configuration.")
+    urls: list[str] | None = Field(None, description="http(s) URLs fetched at build time.")
+    url_timeout_seconds: float | None = Field(None, gt=0, description="Fetch timeout (5 s).")
+    url_max_bytes: int | None = Field(None, ge=1, description="Size cap of a fetched file.")
+    on_demand: bool | None = Field(
+        None,
+        description="When a read tool opens a file under a directory with its own AGENTS.md, "
+        "inject it once per assistant message.",
+    )
+
+
+class Layer(_Section):
+    """One part of the system prompt."""
+
+    id: str = Field(description="Layer id, unique within the policy.", pattern=r"^[a-z][a-z0-9_-]*$")
+    source: LayerSource = Field(
+        description="file: a prompt file; text: inline text; soul: the soul file; agent: the "
+        "agent's own prompt; family: the prompt chosen by prompts.rules; environment: the "
+        "static environment block; instructions: discovered instruction files; skills: the "
+        "skills list; user: the per-message system override."
+    )
+    when: Condition | None = Field(None, description="Include the layer only when true.")
+    path: str | None = Field(None, description="Prompt file (source file/soul), policy-relative.")
+    text: str | None = Field(None, description="Inline text (source text).")
+    replaces: str | None = Field(
+        None, description="Id of a layer this one replaces when it is non-empty."
+    )
+
+
+class System(_Section):
+    """System prompt assembly (spec §9)."""
+
+    layers: list[Layer] | None = Field(None, description="Layers in order (most stable first).")
+    blocks: int | None = Field(
+        None, ge=1, le=4, description="System blocks sent (Kilo: 1; 2 after plugin pushes)."
+    )
+    collapse: Literal["header-rest", "join"] | None = Field(
+        None,
+        description="header-rest: keep the first block, join the rest (Kilo); join: one block.",
+    )
+    separator: str | None = Field(None, description="Joiner between layers (Kilo: newline).")
+    instructions: Instructions | None = Field(None, description="Instruction discovery.")
+
+
+# --------------------------------------------------------------------------------- environment
+
+
+EnvField = Literal[
+    "working_directory", "workspace_root", "platform", "is_git_repo", "date", "time",
+    "model", "mode", "open_files", "visible_files", "shell",
+]
+
+
+class Environment(_Section):
+    """Environment facts: static ones in the system prompt, dynamic ones per user message."""
+
+    static: list[EnvField] | None = Field(None, description="Fields of the system block.")
+    dynamic: list[EnvField] | None = Field(
+        None,
+        description="Fields of the per-user-message block, built once per user message and "
+        "byte-identical afterwards.",
+    )
+    tag: str | None = Field(None, description="Tag wrapping the dynamic block.")
+
+
+class Reminders(_Section):
+    """Per-step texts injected at the tail."""
+
+    plan_mode: str | None = Field(None, description="Reminder while in plan mode.")
+    build_switch: str | None = Field(
+        None, description="Reminder when switching from plan to code/build."
+    )
+    interjection: str | None = Field(
+        None,
+        description="Wraps a user message sent mid tool loop; {message} is the text. Null = "
+        "no wrapping.",
+    )
+    max_steps: str | None = Field(None, description="Prompt on the last allowed step.")
+    max_steps_role: Literal["user", "assistant"] | None = Field(
+        None, description="Role of the max-steps prompt (a trailing message)."
+    )
+
+
+# --------------------------------------------------------------------------------- prompts
+
+
+class PromptRule(_Section):
+    """One rule of the family-prompt ladder."""
+
+    when: Condition = Field(description="Condition on the model.")
+    prompt: str = Field(description="Prompt file, relative to the policy.")
+    name: str | None = Field(None, description="Label shown in the plan and decisions.")
+    replace: dict[str, StrExpr] | None = Field(
+        None, description="Placeholders ({{KEY}}) to replace in the prompt text."
+    )
+
+
+class Prompts(_Section):
+    """Model-family prompt selection (spec §9.2): first matching rule wins."""
+
+    soul: str | None = Field(None, description="Soul file, sent first (Kilo soul.txt).")
+    rules: list[PromptRule] | None = Field(None, description="Ordered rules.")
+    default: str | None = Field(None, description="Prompt when no rule matches.")
+
+
+# --------------------------------------------------------------------------------- cache
+
+
+class Breakpoints(_Section):
+    """Which messages get a cache breakpoint."""
+
+    system_first: int | None = Field(None, ge=0, description="First N system messages (Kilo: 2).")
+    non_system_last: int | None = Field(
+        None, ge=0, description="Last N non-system messages (Kilo: 2)."
+    )
+    last_tool: bool | None = Field(None, description="The last tool definition (auto rule).")
+    last_system: bool | None = Field(None, description="The last system block (auto rule).")
+    latest_user_message: bool | None = Field(
+        None, description="The latest user message (auto rule)."
+    )
+
+
+class Cache(_Section):
+    """Prompt-cache markers (spec §10)."""
+
+    rule: Literal["kilo", "auto", "none"] | None = Field(
+        None,
+        description="kilo: first system + last non-system messages; auto: last tool, last "
+        "system, latest user message; none: no markers.",
+    )
+    when: Condition | None = Field(None, description="Gate (Kilo: Anthropic/Claude models).")
+    placement: StrExpr | None = Field(
+        None,
+        description="'message' or 'last-part'; an expression may choose by provider "
+        "(Kilo: message for anthropic and bedrock).",
+    )
+    breakpoints: Breakpoints | None = Field(None, description="Breakpoint selection.")
+    budget: IntExpr | None = Field(
+        None, description="Most markers per request (never above the provider's limit)."
+    )
+    ttl: Literal["5m", "1h"] | None = Field(None, description="Marker TTL (null = default).")
+    skip_trailing_environment: bool | None = Field(
+        None, description="Place part-level markers before a trailing environment block."
+    )
+    respect_automatic: bool | None = Field(
+        None, description="No explicit breakpoints when automatic caching is enabled."
+    )
+
+
+# --------------------------------------------------------------------------------- lowering
+
+
+class Lowering(_Section):
+    """How parts become provider messages (spec §7.6, §8)."""
+
+    strip_media_after_summary: bool | None = Field(
+        None, description="Replace historical media once a summary exists."
+    )
+    drop_errored_assistant: bool | None = Field(
+        None, description="Drop errored assistant messages unless interrupted with content."
+    )
+    media_in_tool_results: dict[str, bool] | None = Field(
+        None,
+        description="Per provider: may tool results carry media? If not, media move into a "
+        "following user message.",
+    )
+    media_placeholder: str | None = Field(
+        None, description="Text for stripped media; {mime} and {name} are replaced."
+    )
+
+
+# --------------------------------------------------------------------------------- policy
+
+
+class PolicyBody(_Section):
+    """Everything a policy can set; also the shape of one override's ``set``."""
+
+    tokens: Tokens | None = Field(None, description="Token counting (§1).")
+    output: Output | None = Field(None, description="Output tokens (§2, §5).")
+    budget: Budget | None = Field(None, description="Usable window (§3).")
+    overflow: Overflow | None = Field(None, description="Overflow detection (§3, §4).")
+    payload: Payload | None = Field(None, description="Payload byte guard (§8).")
+    prune: Prune | None = Field(None, description="Tool-output pruning (§6).")
+    compaction: Compaction | None = Field(None, description="Summary + tail (§7).")
+    tool_output: ToolOutput | None = Field(None, description="Tool-output truncation (§11).")
+    system: System | None = Field(None, description="System prompt (§9).")
+    environment: Environment | None = Field(None, description="Environment facts.")
+    reminders: Reminders | None = Field(None, description="Per-step reminders.")
+    prompts: Prompts | None = Field(None, description="Family prompt selection (§9.2).")
+    cache: Cache | None = Field(None, description="Prompt-cache markers (§10).")
+    lowering: Lowering | None = Field(None, description="Parts to messages.")
+
+
+class Override(_Section):
+    """Per-model changes: when ``when`` holds for the model, ``set`` is merged in."""
+
+    when: Condition = Field(description="Condition on model.* (and config.*).")
+    name: str | None = Field(None, description="Label shown in the plan.")
+    set: PolicyBody = Field(description="Partial policy merged over the base.")
+
+
+class Policy(PolicyBody):
+    """A policy file (Policy v1)."""
+
+    version: Literal[1] = Field(description="Policy format version.")
+    name: str = Field(description="Policy name.", pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    description: str | None = Field(None, description="What this policy is for.")
+    extends: str | None = Field(
+        None,
+        description="A bundled policy name (e.g. kilo-default) or a path relative to this file.",
+    )
+    overrides: list[Override] | None = Field(None, description="Per-model changes, in order.")
+
+
+SCHEMA_ID = "https://kilo-rules.dev/schemas/policy.v1.json"
