@@ -1,0 +1,236 @@
+"""Policy files → one resolved policy: ``extends:`` chains merged, overrides collected.
+
+Each file is validated against ``schemas/policy.v1.json`` on its own (so errors point into
+the file that has them), then merged over its base: mappings merge key by key, lists of
+mappings that all carry an ``id`` merge by id, anything else is replaced. The merged
+document keeps, for every path, the file and position it came from.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import Diagnostic, Location, PolicyError
+from .load import DEFAULT_LIMITS, Document, JsonPath, Limits, load_yaml_file, resource_root
+from .validate import schema_diagnostics
+
+
+def bundled_policy_names() -> list[str]:
+    """Names of the policies shipped with kilo-rules (``kilo-default``, ...)."""
+    names = []
+    for entry in resource_root().iterdir():
+        n = entry.name
+        if n.endswith(".yaml") and n != "models.yaml":
+            names.append(n[: -len(".yaml")])
+    return sorted(names)
+
+
+def bundled_policy_path(name: str) -> Path:
+    """Filesystem path of a bundled policy."""
+    return Path(str(resource_root() / f"{name}.yaml"))
+
+
+def _is_path(ref: str) -> bool:
+    return "/" in ref or "\\" in ref or ref.endswith((".yaml", ".yml"))
+
+
+@dataclass
+class ResolvedPolicy:
+    """A policy with its ``extends:`` chain merged. Overrides are kept, not applied."""
+
+    name: str
+    data: dict[str, Any]
+    chain: list[Document]
+    origin: dict[JsonPath, tuple[Document, JsonPath]] = field(default_factory=dict)
+
+    @property
+    def file(self) -> str:
+        """The file the policy was loaded from (the last of the chain)."""
+        return self.chain[-1].file
+
+    def locate(self, path: JsonPath) -> Location:
+        """Where the value at ``path`` of the merged policy was written."""
+        for cut in range(len(path), -1, -1):
+            hit = self.origin.get(path[:cut])
+            if hit is not None:
+                doc, dpath = hit
+                return doc.locate((*dpath, *path[cut:]))
+        return Location(self.file, 1, 1)
+
+    def locate_in_scalar(self, path: JsonPath, offset: int) -> Location:
+        """Where character ``offset`` of the string at ``path`` was written."""
+        hit = self.origin.get(path)
+        if hit is None:
+            return self.locate(path)
+        doc, dpath = hit
+        return doc.locate_in_scalar(dpath, offset)
+
+    def declared_in(self, path: JsonPath) -> Path:
+        """Directory of the file that set ``path`` (relative file references start there)."""
+        file = self.locate(path).file
+        return Path(file).parent if not file.startswith("<") else Path.cwd()
+
+    def sources(self) -> dict[str, str]:
+        """File → text of every file in the chain (for rendering carets)."""
+        return {d.file: d.text for d in self.chain}
+
+
+def _merge(
+    base: Any,
+    over: Any,
+    path: JsonPath,
+    over_doc: Document,
+    over_path: JsonPath,
+    origin: dict[JsonPath, tuple[Document, JsonPath]],
+) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            if k in out:
+                out[k] = _merge(out[k], v, (*path, k), over_doc, (*over_path, k), origin)
+            else:
+                out[k] = v
+                _record(v, (*path, k), over_doc, (*over_path, k), origin)
+        return out
+    if (
+        isinstance(base, list)
+        and isinstance(over, list)
+        and base
+        and all(isinstance(x, dict) and "id" in x for x in base + over)
+    ):
+        out_list = list(base)
+        index = {x["id"]: i for i, x in enumerate(out_list)}
+        for j, item in enumerate(over):
+            if item["id"] in index:
+                i = index[item["id"]]
+                out_list[i] = _merge(
+                    out_list[i], item, (*path, i), over_doc, (*over_path, j), origin
+                )
+            else:
+                index[item["id"]] = len(out_list)
+                _record(item, (*path, len(out_list)), over_doc, (*over_path, j), origin)
+                out_list.append(item)
+        return out_list
+    _drop(path, origin)
+    _record(over, path, over_doc, over_path, origin)
+    return over
+
+
+def _record(
+    value: Any,
+    path: JsonPath,
+    doc: Document,
+    dpath: JsonPath,
+    origin: dict[JsonPath, tuple[Document, JsonPath]],
+) -> None:
+    stack = [(value, path, dpath)]
+    while stack:
+        v, p, d = stack.pop()
+        origin[p] = (doc, d)
+        if isinstance(v, dict):
+            stack.extend((c, (*p, k), (*d, k)) for k, c in v.items())
+        elif isinstance(v, list):
+            stack.extend((c, (*p, i), (*d, i)) for i, c in enumerate(v))
+
+
+def _drop(path: JsonPath, origin: dict[JsonPath, tuple[Document, JsonPath]]) -> None:
+    n = len(path)
+    for p in [p for p in origin if len(p) > n and p[:n] == path]:
+        del origin[p]
+
+
+def _documents(
+    ref: str | Path, *, limits: Limits, relative_to: Path | None, seen: list[Path],
+    at: Location | None,
+) -> Iterator[Document]:
+    """The extends chain of ``ref``, base first."""
+    ref_s = str(ref)
+    if isinstance(ref, Path) or _is_path(ref_s):
+        path = Path(ref_s).expanduser()
+        if not path.is_absolute() and relative_to is not None:
+            path = relative_to / path
+    else:
+        if ref_s not in bundled_policy_names():
+            from .errors import did_you_mean
+
+            hint = did_you_mean(ref_s, bundled_policy_names())
+            raise PolicyError(
+                Diagnostic(
+                    "policy.extends-not-found",
+                    f"no bundled policy named {ref_s!r}",
+                    at or Location(ref_s, 1, 1),
+                    hint=(f"did you mean {hint!r}? " if hint else "")
+                    + f"bundled: {', '.join(bundled_policy_names())}; a file path needs a "
+                    "'/' or a .yaml suffix",
+                )
+            )
+        path = bundled_policy_path(ref_s)
+    resolved = path.resolve()
+    if resolved in seen:
+        cycle = " -> ".join(p.name for p in [*seen[seen.index(resolved):], resolved])
+        raise PolicyError(
+            Diagnostic(
+                "policy.extends-cycle",
+                f"extends cycle: {cycle}",
+                at or Location(str(path), 1, 1),
+                hint="a policy may not extend itself, directly or through others",
+            )
+        )
+    if at is not None and not path.exists():
+        raise PolicyError(
+            Diagnostic(
+                "policy.extends-not-found",
+                f"extended policy {ref_s!r} not found (looked at {path})",
+                at,
+            )
+        )
+    doc = load_yaml_file(path, limits)
+    if not isinstance(doc.data, dict):
+        raise PolicyError(
+            Diagnostic(
+                "schema.type",
+                "a policy must be a mapping (key: value pairs)",
+                doc.locate(()),
+            )
+        )
+    errors = schema_diagnostics(doc, "policy.v1.json")
+    base = doc.data.get("extends")
+    if isinstance(base, str):
+        try:
+            yield from _documents(
+                base,
+                limits=limits,
+                relative_to=path.parent,
+                seen=[*seen, resolved],
+                at=doc.locate(("extends",)),
+            )
+        except PolicyError as exc:
+            raise PolicyError([*errors, *exc.diagnostics]) from None
+    if errors:
+        raise PolicyError(errors)
+    yield doc
+
+
+def resolve_policy(ref: str | Path, *, limits: Limits = DEFAULT_LIMITS) -> ResolvedPolicy:
+    """Load a policy by bundled name or path, validate every file of its chain, merge.
+
+    Raises :class:`PolicyError` with every located problem found."""
+    docs = list(_documents(ref, limits=limits, relative_to=Path.cwd(), seen=[], at=None))
+    data: dict[str, Any] = {}
+    origin: dict[JsonPath, tuple[Document, JsonPath]] = {}
+    overrides: list[Any] = []
+    for doc in docs:
+        body = {k: v for k, v in doc.data.items() if k not in ("extends", "overrides")}
+        data = _merge(data, copy.deepcopy(body), (), doc, (), origin)
+        for i, ov in enumerate(doc.data.get("overrides") or []):
+            pos = len(overrides)
+            overrides.append(copy.deepcopy(ov))
+            _record(ov, ("overrides", pos), doc, ("overrides", i), origin)
+    if overrides:
+        data["overrides"] = overrides
+    data.pop("extends", None)
+    return ResolvedPolicy(name=str(data.get("name", "?")), data=data, chain=docs, origin=origin)

@@ -1,0 +1,222 @@
+"""JSON Schema validation of loaded documents, mapped to ``file:line:col`` diagnostics.
+
+jsonschema errors are translated here, once: each error is narrowed with ``best_match`` (so
+an ``anyOf`` failure shows the branch that came closest), located through the document's
+source map (unknown keys at the key, wrong values at the value), worded for a policy author,
+and sorted by position so the output does not depend on the order keys were written in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+from typing import Any
+
+import jsonschema
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match
+
+from .errors import Diagnostic, did_you_mean
+from .load import Document, JsonPath
+from .jsonschemas import load_schema
+
+_TYPE_NAMES = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "null": "null",
+    "object": "a mapping",
+    "array": "a list",
+}
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"number {value}"
+    if isinstance(value, str):
+        short = value if len(value) <= 40 else value[:37] + "..."
+        return f"string {short!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def dotted(path: Iterable[str | int]) -> str:
+    """``compaction.summary.template`` / ``system.layers[2].id``."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(document)"
+
+
+@lru_cache(maxsize=None)
+def validator(schema_name: str) -> Draft202012Validator:
+    """A compiled validator for a bundled schema."""
+    schema = load_schema(schema_name)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def _expected(schema: Any) -> str:
+    t = schema.get("type") if isinstance(schema, dict) else None
+    types = [t] if isinstance(t, str) else list(t or [])
+    names = [_TYPE_NAMES.get(x, x) for x in types if x != "null"]
+    if isinstance(schema, dict) and schema.get("x-expression") and "string" in types:
+        names = [n for n in names if n != "a string"] + ["an expression"]
+    if not names:
+        return "a valid value"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _leaf(error: ValidationError) -> ValidationError:
+    """Descend anyOf/oneOf to the most relevant sub-error (jsonschema's own ranking)."""
+    while error.context:
+        # A null branch is only there to allow "not set"; it never explains a mistake.
+        useful = [e for e in error.context if e.validator_value != "null"]
+        best = best_match(useful or error.context)
+        if best is None or best is error:
+            break
+        error = best
+    return error
+
+
+def diagnose(error: ValidationError, doc: Document, prefix: JsonPath = ()) -> Diagnostic:
+    """Translate one jsonschema error into a located, readable diagnostic."""
+    top = error
+    error = _leaf(error)
+    path: JsonPath = (*prefix, *error.absolute_path)
+    where = dotted(path)
+    kind = error.validator
+    details: dict[str, Any] = {"path": list(path), "schema_rule": kind}
+    if kind == "additionalProperties":
+        allowed = list((error.schema.get("properties") or {}).keys()) if isinstance(error.schema, dict) else []
+        extra = [k for k in error.instance if k not in allowed] if isinstance(error.instance, dict) else []
+        key = sorted(extra, key=lambda k: doc.locate_key((*path, k)))[0] if extra else "?"
+        suggestion = did_you_mean(key, allowed)
+        owner = f" in {where}" if path else ""
+        return Diagnostic(
+            "schema.unknown-key",
+            f"unknown key {key!r}{owner}",
+            doc.locate_key((*path, key)),
+            details={**details, "key": key, "allowed": allowed},
+            hint=f"did you mean {suggestion!r}?" if suggestion else f"allowed keys: {', '.join(allowed)}",
+        )
+    if kind == "required":
+        missing = [k for k in error.validator_value if k not in (error.instance or {})]
+        key = missing[0] if missing else "?"
+        return Diagnostic(
+            "schema.required",
+            f"missing required key {key!r}" + (f" in {where}" if path else ""),
+            doc.locate_key(path) if path else doc.locate(path),
+            details={**details, "key": key},
+        )
+    if kind == "type":
+        return Diagnostic(
+            "schema.type",
+            f"{where}: expected {_expected(error.schema)}, got {_describe(error.instance)}",
+            doc.locate(path),
+            details=details,
+        )
+    if kind == "enum":
+        options = [str(o) for o in error.validator_value]
+        suggestion = did_you_mean(str(error.instance), options)
+        return Diagnostic(
+            "schema.enum",
+            f"{where}: {_describe(error.instance)} is not one of {', '.join(repr(o) for o in options)}",
+            doc.locate(path),
+            details={**details, "allowed": options},
+            hint=f"did you mean {suggestion!r}?" if suggestion else None,
+        )
+    if kind == "const":
+        return Diagnostic(
+            "schema.const",
+            f"{where}: must be {error.validator_value!r}, got {_describe(error.instance)}",
+            doc.locate(path),
+            details=details,
+        )
+    if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
+        return Diagnostic(
+            "schema.range",
+            f"{where}: must be {op} {error.validator_value}, got {error.instance}",
+            doc.locate(path),
+            details=details,
+        )
+    if kind == "pattern":
+        return Diagnostic(
+            "schema.pattern",
+            f"{where}: {_describe(error.instance)} does not match {error.validator_value}",
+            doc.locate(path),
+            details=details,
+        )
+    message = error.message if error is top else f"{error.message}"
+    return Diagnostic("schema.invalid", f"{where}: {message}", doc.locate(path), details=details)
+
+
+def iter_schema_diagnostics(
+    doc: Document, schema_name: str, data: Any = None, prefix: JsonPath = ()
+) -> Iterator[Diagnostic]:
+    """Yield a diagnostic per schema violation of ``data`` (default: the whole document)."""
+    instance = doc.data if data is None else data
+    for error in validator(schema_name).iter_errors(instance):
+        yield diagnose(error, doc, prefix)
+
+
+def schema_diagnostics(doc: Document, schema_name: str) -> list[Diagnostic]:
+    """All schema violations, de-duplicated and sorted by position."""
+    seen: set[tuple[str, str, int, int]] = set()
+    out = []
+    for d in iter_schema_diagnostics(doc, schema_name):
+        key = (d.code, d.message, d.location.line, d.location.col)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return sorted(out, key=Diagnostic.sort_key)
+
+
+def expression_fields(data: Any, schema_name: str = "policy.v1.json") -> list[tuple[JsonPath, str]]:
+    """(path, type) of every string value that the schema marks as an expression."""
+    root = load_schema(schema_name)
+    defs = root.get("$defs", {})
+    out: list[tuple[JsonPath, str]] = []
+
+    def resolve(schema: Any) -> Any:
+        while isinstance(schema, dict) and "$ref" in schema:
+            schema = defs[schema["$ref"].rsplit("/", 1)[1]]
+        return schema
+
+    def walk(schema: Any, value: Any, path: JsonPath) -> None:
+        schema = resolve(schema)
+        if not isinstance(schema, dict):
+            return
+        for branch in schema.get("anyOf", []):
+            b = resolve(branch)
+            if isinstance(value, dict) and isinstance(b, dict) and b.get("type") == "object":
+                walk(b, value, path)
+            elif isinstance(value, list) and isinstance(b, dict) and b.get("type") == "array":
+                walk(b, value, path)
+        if isinstance(value, str) and schema.get("x-expression"):
+            out.append((path, str(schema["x-expression"])))
+        elif isinstance(value, dict):
+            props = schema.get("properties", {})
+            extra = schema.get("additionalProperties")
+            for k, v in value.items():
+                if k in props:
+                    walk(props[k], v, (*path, k))
+                elif isinstance(extra, dict):
+                    walk(extra, v, (*path, k))
+        elif isinstance(value, list) and "items" in schema:
+            for i, v in enumerate(value):
+                walk(schema["items"], v, (*path, i))
+
+    walk(root, data, ())
+    return out
