@@ -18,7 +18,7 @@ demo: $(BIN)/kilo-rules
 test: $(BIN)/kilo-rules
 	$(BIN)/ruff check kilo_rules tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -q
 
 bench: $(BIN)/kilo-rules
 	$(BIN)/python -m benchmarks

@@ -1,0 +1,5 @@
+"""python -m kilo_rules"""
+
+from .cli import main
+
+raise SystemExit(main())
