@@ -248,6 +248,8 @@ class CountCache:
     Keys are ``(counter.name, blake2b(text))``: the digest keeps memory flat however long the
     parts are, and the counter name keeps counts from different counters (or factors) apart.
     The cache is itself a :class:`TokenCounter` and can be passed wherever one is expected.
+    Hashing costs about as much as the chars/4 estimate, so the cache pays off for tiktoken
+    (a warm recount is ~40x faster, see ``benchmarks/bench_tokens.py``), not for the estimate.
 
     Thread safety: lookups and inserts hold a lock, so concurrent ``count`` calls are safe;
     two threads missing on the same text may both count it (the result is identical).
