@@ -181,7 +181,7 @@ def test_spec_11_1_lone_surrogates_count_like_node(tmp_path: Path) -> None:
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    text=st.text(st.characters(blacklist_categories=["Cs"]), max_size=300).map(
+    text=st.text(st.characters(exclude_categories=["Cs"]), max_size=300).map(
         lambda s: s.replace("\r", "\n")
     ),
     max_lines=st.integers(0, 20),
