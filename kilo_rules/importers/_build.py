@@ -125,9 +125,11 @@ class SessionBuilder:
         if end:
             part.setdefault("time", {})["end"] = end
         if attachments:
-            part["attachments"] = attachments
+            part["attachments"] = [{**att, "id": f"{part['id']}_a{k}"}
+                                   for k, att in enumerate(attachments)]
         if metadata:
-            part["metadata"].update(metadata)
+            part.setdefault("metadata", {}).update(
+                {k: v for k, v in metadata.items() if v is not None})
         return True
 
     def pending_calls(self) -> list[str]:

@@ -165,3 +165,41 @@ def _skip_ws(text: str, i: int) -> int:
     while i < len(text) and text[i] in " \t\r\n":
         i += 1
     return i
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number")
+
+
+def need_dict(rec: Record, path: JsonPath, value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else a located error."""
+    if not isinstance(value, dict):
+        rec.fail(path, f"expected an object, found {_kind(value)}")
+    return value
+
+
+def need_list(rec: Record, path: JsonPath, value: Any) -> list[Any]:
+    """``value`` if it is a JSON array, else a located error."""
+    if not isinstance(value, list):
+        rec.fail(path, f"expected an array, found {_kind(value)}")
+    return value
+
+
+def need_str(rec: Record, path: JsonPath, value: Any) -> str:
+    """``value`` if it is a string, else a located error."""
+    if not isinstance(value, str):
+        rec.fail(path, f"expected a string, found {_kind(value)}")
+    return value
+
+
+def obj(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (for optional, free-form parts)."""
+    return value if isinstance(value, dict) else {}
+
+
+def opt_str(value: Any) -> str | None:
+    """``value`` if it is a string, else None."""
+    return value if isinstance(value, str) else None
