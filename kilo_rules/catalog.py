@@ -39,6 +39,13 @@ PROVIDERS = (
 )
 
 
+Modality = Literal["text", "image", "pdf", "audio", "video"]
+
+
+def _text_only() -> list[Modality]:
+    return ["text"]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -98,9 +105,7 @@ class ModelInfo(_Model):
     media_in_tool_results: bool = Field(
         False, description="Tool results may carry images (else media move to a user message)."
     )
-    modalities: list[Literal["text", "image", "pdf", "audio", "video"]] = Field(
-        default_factory=lambda: ["text"], description="Input modalities."
-    )
+    modalities: list[Modality] = Field(default_factory=_text_only, description="Input modalities.")
     source: str | None = Field(None, description="Where the limits and prices were read.")
     as_of: str | None = Field(None, description="Date (YYYY-MM-DD) the facts were read.")
 

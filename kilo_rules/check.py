@@ -16,6 +16,7 @@ from pathlib import Path
 from .errors import Diagnostic, KiloRulesError, Location
 from .load import Document, load_yaml_file
 
+
 @dataclass
 class CheckReport:
     """What ``check`` found: files looked at, diagnostics, and the sources for carets."""
@@ -44,7 +45,7 @@ def expand_paths(paths: Iterable[str]) -> tuple[list[Path], list[str]]:
     problems: list[str] = []
     for raw in paths:
         if any(ch in raw for ch in "*?["):
-            matches = sorted(globlib.glob(raw, recursive=True))
+            matches = sorted(globlib.glob(raw, recursive=True))  # noqa: PTH207 - user globs may be absolute
             if not matches:
                 problems.append(f"{raw}: no file matches this pattern")
             files.extend(Path(m) for m in matches if Path(m).is_file())

@@ -32,7 +32,7 @@ def check(name: str) -> Callable[[Check], Check]:
 def _get(data: Any, path: JsonPath) -> Any:
     for p in path:
         if isinstance(data, dict):
-            data = data.get(p)  # type: ignore[arg-type]
+            data = data.get(p)
         elif isinstance(data, list) and isinstance(p, int) and p < len(data):
             data = data[p]
         else:
@@ -81,14 +81,18 @@ def _missing_files(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
     for path, value in referenced_files(policy):
         target = resolve_file(policy, path, value)
         if not target.is_file():
-            siblings = sorted(x.name for x in target.parent.glob("*")) if target.parent.is_dir() else []
+            siblings = (
+                sorted(x.name for x in target.parent.glob("*")) if target.parent.is_dir() else []
+            )
             guess = did_you_mean(target.name, siblings)
             yield Diagnostic(
                 "policy.missing-file",
                 f"prompt file {value!r} does not exist",
                 policy.locate(path),
                 details={"resolved": str(target)},
-                hint=f"did you mean {guess!r}?" if guess else "paths are relative to the policy file",
+                hint=f"did you mean {guess!r}?"
+                if guess
+                else "paths are relative to the policy file",
             )
 
 
@@ -111,12 +115,14 @@ def _layers(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
             src = layer.get("source")
             if src == "file" and not layer.get("path"):
                 yield Diagnostic(
-                    "policy.layer-needs-path", f"layer {lid!r} has source file but no path",
+                    "policy.layer-needs-path",
+                    f"layer {lid!r} has source file but no path",
                     policy.locate(lp),
                 )
             if src == "text" and layer.get("text") is None:
                 yield Diagnostic(
-                    "policy.layer-needs-text", f"layer {lid!r} has source text but no text",
+                    "policy.layer-needs-text",
+                    f"layer {lid!r} has source text but no text",
                     policy.locate(lp),
                 )
         for i, layer in enumerate(layers):

@@ -67,7 +67,10 @@ def cmd_schema(args: argparse.Namespace) -> int:
                 if args.write:
                     target.write_text(text, encoding="utf-8")
         if args.check and stale:
-            print(f"stale schemas: {', '.join(stale)} (run kilo-rules schema --write)", file=sys.stderr)
+            print(
+                f"stale schemas: {', '.join(stale)} (run kilo-rules schema --write)",
+                file=sys.stderr,
+            )
             return EXIT_DIAGNOSTICS
         return EXIT_OK
     name = args.name if args.name.endswith(".json") else f"{args.name}.v1.json"
@@ -106,8 +109,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     root = str(resource_root())
     report = check_paths([root])
     _print_diagnostics(report.diagnostics, "text", report.sources, sys.stdout)
-    print(f"bundled policies and catalog: {len(report.files)} file(s), "
-          f"{len(report.errors)} error(s)")
+    print(
+        f"bundled policies and catalog: {len(report.files)} file(s), {len(report.errors)} error(s)"
+    )
     if report.exit_code:
         return report.exit_code
     from .summary import policy_summary
@@ -146,11 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="anthropic/claude-sonnet-4-5")
     p.set_defaults(func=cmd_demo)
 
+    import importlib
+
     try:
-        from .importers import cli as import_cli
-    except ImportError:  # pragma: no cover - the importers package is optional at build time
-        import_cli = None  # type: ignore[assignment]
-    if import_cli is not None and hasattr(import_cli, "add_arguments"):
+        import_cli = importlib.import_module("kilo_rules.importers.cli")
+    except ImportError:  # the importers may be absent from a trimmed build
+        import_cli = None
+    if import_cli is not None:
         p = sub.add_parser("import", help="import a recorded agent log into Session v1")
         import_cli.add_arguments(p)
         p.set_defaults(func=import_cli.run)

@@ -7,7 +7,7 @@ files and a test fails when a committed schema drifts from its model.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,7 +25,9 @@ class _Generator(GenerateJsonSchema):
 
 def _strip_titles(node: Any) -> Any:
     if isinstance(node, dict):
-        return {k: _strip_titles(v) for k, v in node.items() if k != "title" or not isinstance(v, str)}
+        return {
+            k: _strip_titles(v) for k, v in node.items() if k != "title" or not isinstance(v, str)
+        }
     if isinstance(node, list):
         return [_strip_titles(v) for v in node]
     return node
@@ -113,7 +115,7 @@ def render(schema: dict[str, Any]) -> str:
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(name: str) -> dict[str, Any]:
     """A bundled schema by file name (e.g. ``policy.v1.json``)."""
     from .load import schema_root

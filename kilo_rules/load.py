@@ -152,8 +152,8 @@ class _Loader(Reader, Scanner, yaml.parser.Parser, Composer, SafeConstructor, Re
         if self.check_event(yaml.events.AliasEvent):
             self.alias_count += 1
             if self.alias_count > self.limits.max_aliases:
-                event = self.peek_event()
-                raise _LimitHit(
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _LimitHitError(
                     "yaml.aliases",
                     f"too many aliases (more than {self.limits.max_aliases})",
                     event.start_mark,
@@ -163,19 +163,19 @@ class _Loader(Reader, Scanner, yaml.parser.Parser, Composer, SafeConstructor, Re
         self.depth += 1
         try:
             if self.depth > self.limits.max_depth:
-                event = self.peek_event()
-                raise _LimitHit(
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _LimitHitError(
                     "yaml.depth",
                     f"nesting deeper than {self.limits.max_depth} levels",
                     event.start_mark,
                     None,
                 )
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self.depth -= 1
 
 
-class _LimitHit(Exception):
+class _LimitHitError(Exception):
     def __init__(self, code: str, message: str, mark: Any, hint: str | None) -> None:
         super().__init__(message)
         self.code, self.message, self.mark, self.hint = code, message, mark, hint
@@ -204,7 +204,7 @@ def parse_yaml(text: str, file: str = "<string>", limits: Limits = DEFAULT_LIMIT
     loader = _Loader(text, limits)
     try:
         root = loader.get_single_node()
-    except _LimitHit as hit:
+    except _LimitHitError as hit:
         raise PolicyError(
             Diagnostic(hit.code, hit.message, _mark_loc(file, hit.mark), hint=hit.hint)
         ) from None
@@ -239,7 +239,9 @@ class _Builder:
         self.nodes = 0
 
     def error(self, code: str, message: str, node: Node, hint: str | None = None) -> PolicyError:
-        return PolicyError(Diagnostic(code, message, _mark_loc(self.doc.file, node.start_mark), hint=hint))
+        return PolicyError(
+            Diagnostic(code, message, _mark_loc(self.doc.file, node.start_mark), hint=hint)
+        )
 
     def scalar(self, node: ScalarNode, path: JsonPath) -> Any:
         tag = node.tag
@@ -251,8 +253,12 @@ class _Builder:
         if tag == "tag:yaml.org,2002:timestamp":
             # JSON has no dates: keep the text the author wrote.
             return node.value
-        if tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-                   "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"):
+        if tag in (
+            "tag:yaml.org,2002:int",
+            "tag:yaml.org,2002:float",
+            "tag:yaml.org,2002:bool",
+            "tag:yaml.org,2002:null",
+        ):
             value = self.constructor.construct_object(node)
             if isinstance(value, float) and value != value:  # NaN is not JSON
                 raise self.error("yaml.value", "NaN is not allowed", node)
@@ -286,8 +292,7 @@ class _Builder:
                     "yaml.tag",
                     f"tag {node.tag!r} is not allowed",
                     node,
-                    "policies use plain YAML: strings, numbers, booleans, null, lists and "
-                    "mappings",
+                    "policies use plain YAML: strings, numbers, booleans, null, lists and mappings",
                 )
             if isinstance(node, ScalarNode):
                 container[slot] = self.scalar(node, path)
@@ -362,7 +367,9 @@ def load_yaml_file(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Documen
         text = read_text_limited(p, limits)
     except OSError as exc:
         raise PolicyError(
-            Diagnostic("io.read", f"cannot read file: {exc.strerror or exc}", Location(str(p), 1, 1))
+            Diagnostic(
+                "io.read", f"cannot read file: {exc.strerror or exc}", Location(str(p), 1, 1)
+            )
         ) from None
     return parse_yaml(text, str(p), limits)
 

@@ -272,7 +272,8 @@ class Compaction(_Section):
         None, ge=0, description="Recent turns kept verbatim (Kilo: 2; 0 = no tail)."
     )
     preserve_recent_tokens: IntExpr | None = Field(
-        None, description="Token budget of the tail (Kilo: clamp(floor(usable × 0.25), 2000, 8000))."
+        None,
+        description="Token budget of the tail (Kilo: clamp(floor(usable × 0.25), 2000, 8000)).",
     )
     max_attempts: int | None = Field(
         None, ge=1, description="Compactions per turn before failing (Kilo: 3)."
@@ -341,7 +342,9 @@ class Instructions(_Section):
 class Layer(_Section):
     """One part of the system prompt."""
 
-    id: str = Field(description="Layer id, unique within the policy.", pattern=r"^[a-z][a-z0-9_-]*$")
+    id: str = Field(
+        description="Layer id, unique within the policy.", pattern=r"^[a-z][a-z0-9_-]*$"
+    )
     source: LayerSource = Field(
         description="file: a prompt file; text: inline text; soul: the soul file; agent: the "
         "agent's own prompt; family: the prompt chosen by prompts.rules; environment: the "
@@ -375,8 +378,17 @@ class System(_Section):
 
 
 EnvField = Literal[
-    "working_directory", "workspace_root", "platform", "is_git_repo", "date", "time",
-    "model", "mode", "open_files", "visible_files", "shell",
+    "working_directory",
+    "workspace_root",
+    "platform",
+    "is_git_repo",
+    "date",
+    "time",
+    "model",
+    "mode",
+    "open_files",
+    "visible_files",
+    "shell",
 ]
 
 

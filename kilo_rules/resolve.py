@@ -144,7 +144,11 @@ def _drop(path: JsonPath, origin: dict[JsonPath, tuple[Document, JsonPath]]) -> 
 
 
 def _documents(
-    ref: str | Path, *, limits: Limits, relative_to: Path | None, seen: list[Path],
+    ref: str | Path,
+    *,
+    limits: Limits,
+    relative_to: Path | None,
+    seen: list[Path],
     at: Location | None,
 ) -> Iterator[Document]:
     """The extends chain of ``ref``, base first."""
@@ -171,7 +175,7 @@ def _documents(
         path = bundled_policy_path(ref_s)
     resolved = path.resolve()
     if resolved in seen:
-        cycle = " -> ".join(p.name for p in [*seen[seen.index(resolved):], resolved])
+        cycle = " -> ".join(p.name for p in [*seen[seen.index(resolved) :], resolved])
         raise PolicyError(
             Diagnostic(
                 "policy.extends-cycle",

@@ -10,6 +10,7 @@ Times are integer milliseconds since the Unix epoch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -27,7 +28,7 @@ class TextPart(_Model):
     """Plain text. ``synthetic`` marks text the runtime injected (environment blocks,
     reminders); ``ignored`` text is kept in the record but never sent to the model."""
 
-    type: Literal["text"] = "text"
+    type: Literal["text"] = Field("text", description="Part kind.")
     id: str = Field(description="Part id, unique within the session.")
     text: str = Field(description="The text.")
     synthetic: bool = Field(False, description="Injected by the runtime, not typed by a person.")
@@ -39,7 +40,7 @@ class ReasoningPart(_Model):
     """Model reasoning. A ``signature`` (or opaque ``encrypted`` state) must be sent back
     byte-for-byte, so signed reasoning is never edited."""
 
-    type: Literal["reasoning"] = "reasoning"
+    type: Literal["reasoning"] = Field("reasoning", description="Part kind.")
     id: str = Field(description="Part id, unique within the session.")
     text: str = Field(description="The reasoning text (may be empty when only encrypted).")
     signature: str | None = Field(None, description="Provider signature over the reasoning.")
@@ -52,7 +53,7 @@ class ReasoningPart(_Model):
 class FilePart(_Model):
     """A file or media attachment: an image, a PDF, or any document."""
 
-    type: Literal["file"] = "file"
+    type: Literal["file"] = Field("file", description="Part kind.")
     id: str = Field(description="Part id, unique within the session.")
     mime: str = Field(description="MIME type, e.g. image/png or application/pdf.")
     url: str = Field(description="A data: URL with the content, or an http(s)/file URL.")
@@ -75,7 +76,7 @@ class ToolTime(_Model):
 class ToolPart(_Model):
     """A tool call and, once it ran, its result."""
 
-    type: Literal["tool"] = "tool"
+    type: Literal["tool"] = Field("tool", description="Part kind.")
     id: str = Field(description="Part id, unique within the session.")
     call_id: str = Field(description="The provider's tool-call id; pairs call and result.")
     tool: str = Field(description="Tool name.")
@@ -96,14 +97,14 @@ class ToolPart(_Model):
 class StepStartPart(_Model):
     """Marks the start of one model step inside an assistant message."""
 
-    type: Literal["step-start"] = "step-start"
+    type: Literal["step-start"] = Field("step-start", description="Part kind.")
     id: str = Field(description="Part id, unique within the session.")
 
 
 class CompactionPart(_Model):
     """On a user message: asks for (and records) a compaction of everything before it."""
 
-    type: Literal["compaction"] = "compaction"
+    type: Literal["compaction"] = Field("compaction", description="Part kind.")
     id: str = Field(description="Part id, unique within the session.")
     auto: bool = Field(True, description="Started automatically (overflow) rather than asked.")
     overflow: bool | None = Field(
@@ -254,10 +255,9 @@ def _json_locator(text: str, file: str) -> dict[tuple[str | int, ...], Location]
         _, end = decoder.raw_decode(text, i)
         return int(end)
 
-    try:
+    # A document that fails to scan still yields the positions found so far.
+    with contextlib.suppress(ValueError, IndexError, RecursionError):
         value(0, ())
-    except (ValueError, IndexError, RecursionError):
-        pass
     return positions
 
 
@@ -267,7 +267,9 @@ def session_from_json(text: str, file: str = "<session>") -> Session:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SessionError(
-            Diagnostic("session.json", f"not valid JSON: {exc.msg}", Location(file, exc.lineno, exc.colno))
+            Diagnostic(
+                "session.json", f"not valid JSON: {exc.msg}", Location(file, exc.lineno, exc.colno)
+            )
         ) from None
     return session_from_data(data, file=file, text=text)
 

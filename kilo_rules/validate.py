@@ -9,7 +9,7 @@ and sorted by position so the output does not depend on the order keys were writ
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import jsonschema
@@ -17,8 +17,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from .errors import Diagnostic, did_you_mean
-from .load import Document, JsonPath
 from .jsonschemas import load_schema
+from .load import Document, JsonPath
 
 _TYPE_NAMES = {
     "integer": "an integer",
@@ -58,7 +58,7 @@ def dotted(path: Iterable[str | int]) -> str:
     return out or "(document)"
 
 
-@lru_cache(maxsize=None)
+@cache
 def validator(schema_name: str) -> Draft202012Validator:
     """A compiled validator for a bundled schema."""
     schema = load_schema(schema_name)
@@ -98,8 +98,16 @@ def diagnose(error: ValidationError, doc: Document, prefix: JsonPath = ()) -> Di
     kind = error.validator
     details: dict[str, Any] = {"path": list(path), "schema_rule": kind}
     if kind == "additionalProperties":
-        allowed = list((error.schema.get("properties") or {}).keys()) if isinstance(error.schema, dict) else []
-        extra = [k for k in error.instance if k not in allowed] if isinstance(error.instance, dict) else []
+        allowed = (
+            list((error.schema.get("properties") or {}).keys())
+            if isinstance(error.schema, dict)
+            else []
+        )
+        extra = (
+            [k for k in error.instance if k not in allowed]
+            if isinstance(error.instance, dict)
+            else []
+        )
         key = sorted(extra, key=lambda k: doc.locate_key((*path, k)))[0] if extra else "?"
         suggestion = did_you_mean(key, allowed)
         owner = f" in {where}" if path else ""
@@ -108,10 +116,14 @@ def diagnose(error: ValidationError, doc: Document, prefix: JsonPath = ()) -> Di
             f"unknown key {key!r}{owner}",
             doc.locate_key((*path, key)),
             details={**details, "key": key, "allowed": allowed},
-            hint=f"did you mean {suggestion!r}?" if suggestion else f"allowed keys: {', '.join(allowed)}",
+            hint=f"did you mean {suggestion!r}?"
+            if suggestion
+            else f"allowed keys: {', '.join(allowed)}",
         )
     if kind == "required":
-        missing = [k for k in error.validator_value if k not in (error.instance or {})]
+        instance = error.instance if isinstance(error.instance, dict) else {}
+        required = error.validator_value if isinstance(error.validator_value, list) else []
+        missing = [k for k in required if k not in instance]
         key = missing[0] if missing else "?"
         return Diagnostic(
             "schema.required",
@@ -127,11 +139,15 @@ def diagnose(error: ValidationError, doc: Document, prefix: JsonPath = ()) -> Di
             details=details,
         )
     if kind == "enum":
-        options = [str(o) for o in error.validator_value]
+        options = [
+            str(o)
+            for o in (error.validator_value if isinstance(error.validator_value, list) else [])
+        ]
         suggestion = did_you_mean(str(error.instance), options)
         return Diagnostic(
             "schema.enum",
-            f"{where}: {_describe(error.instance)} is not one of {', '.join(repr(o) for o in options)}",
+            f"{where}: {_describe(error.instance)} is not one of "
+            + ", ".join(repr(o) for o in options),
             doc.locate(path),
             details={**details, "allowed": options},
             hint=f"did you mean {suggestion!r}?" if suggestion else None,
@@ -144,7 +160,9 @@ def diagnose(error: ValidationError, doc: Document, prefix: JsonPath = ()) -> Di
             details=details,
         )
     if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
+        op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[
+            kind
+        ]
         return Diagnostic(
             "schema.range",
             f"{where}: must be {op} {error.validator_value}, got {error.instance}",
@@ -200,9 +218,10 @@ def expression_fields(data: Any, schema_name: str = "policy.v1.json") -> list[tu
             return
         for branch in schema.get("anyOf", []):
             b = resolve(branch)
-            if isinstance(value, dict) and isinstance(b, dict) and b.get("type") == "object":
-                walk(b, value, path)
-            elif isinstance(value, list) and isinstance(b, dict) and b.get("type") == "array":
+            kind = b.get("type") if isinstance(b, dict) else None
+            if (kind == "object" and isinstance(value, dict)) or (
+                kind == "array" and isinstance(value, list)
+            ):
                 walk(b, value, path)
         if isinstance(value, str) and schema.get("x-expression"):
             out.append((path, str(schema["x-expression"])))

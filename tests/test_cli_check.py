@@ -1,0 +1,126 @@
+"""`kilo-rules check` as CI uses it: exit codes, output formats, path expansion."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kilo_rules.cli import main
+
+BAD = "version: 1\nname: p\ncompaction:\n  tail_turn: 3\n"
+GOOD = "version: 1\nname: good\nextends: kilo-default\nprune:\n  reasons:\n    normal: true\n"
+
+
+def _write(root: Path, name: str, text: str) -> Path:
+    p = root / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_bundled_policies_are_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parent.parent / "policies"
+    assert main(["check", str(root)]) == 0
+    err = capsys.readouterr().err
+    assert "0 error(s)" in err
+    assert "checked 4 file(s)" in err
+
+
+def test_clean_file_exits_zero(in_tmp: Path) -> None:
+    _write(in_tmp, "good.yaml", GOOD)
+    assert main(["check", "good.yaml"]) == 0
+
+
+def test_text_format_has_location_source_line_caret_and_hint(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(in_tmp, "bad.yaml", BAD)
+    assert main(["check", "bad.yaml"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0] == "bad.yaml:4:3: error[schema.unknown-key]: unknown key 'tail_turn' in compaction"
+    )
+    assert out[1].endswith("|   tail_turn: 3")
+    assert out[2].endswith("|   ^^^^^^^^^") or out[2].endswith("|   ^")
+    assert out[3] == "  hint: did you mean 'tail_turns'?"
+
+
+def test_json_format(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(in_tmp, "bad.yaml", BAD)
+    assert main(["check", "--format", "json", "bad.yaml"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data == [
+        {
+            "code": "schema.unknown-key",
+            "severity": "error",
+            "message": "unknown key 'tail_turn' in compaction",
+            "location": {"file": "bad.yaml", "line": 4, "col": 3},
+            "details": data[0]["details"],
+            "hint": "did you mean 'tail_turns'?",
+        }
+    ]
+    assert data[0]["details"]["key"] == "tail_turn"
+
+
+def test_github_format(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(in_tmp, "bad.yaml", BAD)
+    assert main(["check", "--format", "github", "bad.yaml"]) == 1
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("::error file=bad.yaml,line=4,col=3,title=schema.unknown-key::")
+    assert "did you mean 'tail_turns'?" in line
+    assert "\n" not in line
+
+
+def test_directory_and_glob_expansion(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(in_tmp, "pol/a.yaml", GOOD)
+    _write(in_tmp, "pol/sub/b.yml", BAD)
+    _write(in_tmp, "pol/readme.txt", "not yaml")
+    assert main(["check", "pol"]) == 1
+    assert "checked 2 file(s): 1 error(s)" in capsys.readouterr().err
+    assert main(["check", "pol/*.yaml"]) == 0
+
+
+def test_missing_path_is_a_usage_error(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "nope.yaml"]) == 2
+    assert "nope.yaml: no such file or directory" in capsys.readouterr().err
+    assert main(["check", "*.nothing"]) == 2
+
+
+def test_no_arguments_is_a_usage_error() -> None:
+    assert main(["check"]) == 2
+    assert main([]) == 2
+
+
+def test_all_errors_of_all_files_are_reported(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(in_tmp, "a.yaml", BAD)
+    _write(in_tmp, "b.yaml", "version: 1\nname: b\nprune:\n  protect_turns: x\n")
+    assert main(["check", "--format", "json", "a.yaml", "b.yaml"]) == 1
+    codes = [d["code"] for d in json.loads(capsys.readouterr().out)]
+    assert codes == ["schema.unknown-key", "schema.type"]
+
+
+def test_warnings_do_not_fail(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(in_tmp, "w.yaml", "version: 1\nname: w\ncache:\n  rule: none\n  ttl: 1h\n")
+    assert main(["check", "w.yaml"]) == 0
+    assert "warning[policy.contradiction]" in capsys.readouterr().out
+
+
+def test_catalog_file_is_checked_as_catalog(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(
+        in_tmp,
+        "models.yaml",
+        "version: 1\nas_of: '2026-01-01'\nmodels:\n"
+        "  - {id: a/b, provider: x, family: f, api_id: b, api: openai,\n"
+        "     limits: {context: 10, input: 20}}\n"
+        "  - {id: a/b, provider: x, family: f, api_id: b, api: openai, limits: {context: 10}}\n",
+    )
+    assert main(["check", "--format", "json", "models.yaml"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [d["code"] for d in data] == ["catalog.limits", "catalog.duplicate-id"]
+    assert data[1]["location"]["line"] == 6
