@@ -125,7 +125,10 @@ def check_policy_file(path: Path) -> tuple[list[Diagnostic], dict[str, str]]:
         policy = resolve_policy(path)
     except KiloRulesError as exc:
         return exc.diagnostics, {}
+    from .policy_exprs import expression_diagnostics
+
     diags = semantic_diagnostics(policy)
+    diags.extend(expression_diagnostics(policy))
     for hook in POLICY_HOOKS:
         diags.extend(hook(policy))
     return diags, policy.sources()

@@ -1,0 +1,213 @@
+"""Every expression of a policy: found, parsed, type-checked and compiled, with locations.
+
+Besides the built-in vocabulary (``model.*``, ``session.*``, ...), an expression may read
+the values the policy itself defines, by their dotted path: ``budget.usable``,
+``output.configured``, ``overflow.threshold_percent``. Definitions are ordered by what they
+read; a cycle is an error located at the reference that closes it. Override conditions are
+decided once per model, so they may read only ``model.*`` and ``config.*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import Diagnostic, ExprError, KiloRulesError
+from .expr import (
+    BOOL,
+    INT,
+    NUMBER,
+    STR,
+    CompiledExpr,
+    Expr,
+    Type,
+    Vocabulary,
+    default_vocabulary,
+    infer,
+    nullable,
+    order_definitions,
+    parse,
+)
+from .expr.compile import compile_expr
+from .expr.types import type_of_value
+from .load import JsonPath
+from .resolve import ResolvedPolicy
+from .validate import expression_fields
+
+KIND_TYPES: dict[str, Type] = {"int": INT, "number": NUMBER, "bool": BOOL, "str": STR}
+
+#: Sections whose scalar fields become readable names (``budget.usable``).
+VALUE_SECTIONS = (
+    "tokens",
+    "output",
+    "budget",
+    "overflow",
+    "payload",
+    "prune",
+    "compaction",
+    "tool_output",
+    "cache",
+    "system",
+    "environment",
+    "reminders",
+    "lowering",
+)
+#: Names that are only decided per model (override conditions).
+MODEL_ONLY_PREFIXES = ("model.", "config.")
+
+
+def bodies(data: dict[str, Any]) -> Iterator[tuple[JsonPath, dict[str, Any]]]:
+    """The policy body and every override's ``set``, with the path prefix of each."""
+    yield (), data
+    for i, ov in enumerate(data.get("overrides") or []):
+        if isinstance(ov, dict) and isinstance(ov.get("set"), dict):
+            yield ("overrides", i, "set"), ov["set"]
+
+
+def value_leaves(body: dict[str, Any]) -> Iterator[tuple[str, JsonPath, Any]]:
+    """(dotted name, path, value) of every scalar a policy defines in a value section."""
+    stack: list[tuple[JsonPath, Any]] = [((k,), body[k]) for k in VALUE_SECTIONS if k in body]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(((*path, k), v) for k, v in value.items() if str(k).isidentifier())
+        elif not isinstance(value, list):
+            yield ".".join(str(p) for p in path), path, value
+
+
+@dataclass
+class PolicyExpressions:
+    """The compiled expressions of one policy, keyed by path in the merged document."""
+
+    vocabulary: Vocabulary
+    compiled: dict[JsonPath, CompiledExpr]
+    kinds: dict[JsonPath, str]
+    order: list[str]  # value names in evaluation order
+
+
+def policy_vocabulary(policy: ResolvedPolicy, kinds: dict[JsonPath, str]) -> Vocabulary:
+    """The built-in vocabulary plus the names this policy defines, with their types."""
+    types: dict[str, Type] = {}
+    for prefix, body in bodies(policy.data):
+        for name, path, value in value_leaves(body):
+            kind = kinds.get((*prefix, *path))
+            t = KIND_TYPES[kind] if kind else type_of_value(value)
+            if value is None:
+                field_kind = _schema_kind(path)
+                t = nullable(KIND_TYPES[field_kind]) if field_kind else t
+            prev = types.get(name)
+            if prev is None:
+                types[name] = t
+            elif prev != t:
+                merged = prev.kinds | t.kinds
+                types[name] = Type(frozenset(merged), prev.elem or t.elem)
+    base = default_vocabulary()
+    return base.extended({k: v for k, v in types.items() if k not in base})
+
+
+def _schema_kind(path: JsonPath) -> str | None:
+    """The expression kind of a field from the schema, for a value that is null."""
+    from .jsonschemas import load_schema
+
+    schema = load_schema("policy.v1.json")
+    defs = schema["$defs"]
+    node: Any = schema
+    for p in path:
+        while isinstance(node, dict) and ("$ref" in node or "anyOf" in node):
+            if "$ref" in node:
+                node = defs[node["$ref"].rsplit("/", 1)[1]]
+            else:
+                refs = [b for b in node["anyOf"] if isinstance(b, dict) and "$ref" in b]
+                node = refs[0] if refs else node["anyOf"][0]
+        props = node.get("properties", {}) if isinstance(node, dict) else {}
+        if p not in props:
+            return None
+        node = props[p]
+    kind = node.get("x-expression") if isinstance(node, dict) else None
+    return str(kind) if kind else None
+
+
+def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
+    """Parse, check and compile every expression of ``policy`` (base and overrides).
+
+    Raises :class:`ExprError` with every diagnostic found."""
+    fields = expression_fields(policy.data)
+    kinds = dict(fields)
+    vocab = policy_vocabulary(policy, kinds)
+    diags: list[Diagnostic] = []
+    parsed: dict[JsonPath, Expr] = {}
+    compiled: dict[JsonPath, CompiledExpr] = {}
+    for path, kind in fields:
+        text = _get(policy.data, path)
+        try:
+            expr = parse(text, locate=lambda off, p=path: policy.locate_in_scalar(p, off))
+        except ExprError as exc:
+            diags.extend(exc.diagnostics)
+            continue
+        result, problems = infer(expr, vocab, KIND_TYPES[kind])
+        if problems:
+            diags.extend(problems)
+            continue
+        parsed[path] = expr
+        compiled[path] = compile_expr(expr, result_type=result)
+        if path[0] == "overrides" and path[-1] == "when" and len(path) == 3:
+            for name, loc in _names(expr):
+                if not name.startswith(MODEL_ONLY_PREFIXES):
+                    diags.append(
+                        Diagnostic(
+                            "expr.override-scope",
+                            f"an override condition may only read model.* and config.*, not {name}",
+                            loc,
+                            hint="overrides are chosen once per model, before any session",
+                        )
+                    )
+    order: list[str] = []
+    for prefix, defs in _definitions(parsed).items():
+        try:
+            ordered = order_definitions(defs)
+        except ExprError as exc:
+            diags.extend(exc.diagnostics)
+            continue
+        if prefix == ():
+            order = ordered
+    if diags:
+        raise ExprError(diags)
+    return PolicyExpressions(vocab, compiled, kinds, order)
+
+
+def _names(expr: Expr) -> list[tuple[str, Any]]:
+    from .expr import free_names
+
+    return free_names(expr)
+
+
+def _definitions(parsed: dict[JsonPath, Expr]) -> dict[JsonPath, dict[str, Expr]]:
+    """Per body (base, each override), value name → expression, for cycle detection."""
+    out: dict[JsonPath, dict[str, Expr]] = {}
+    for path, expr in parsed.items():
+        prefix: JsonPath = path[:3] if path[0] == "overrides" else ()
+        rest = path[len(prefix) :]
+        if rest and rest[0] in VALUE_SECTIONS and all(isinstance(p, str) for p in rest):
+            out.setdefault(prefix, {})[".".join(str(p) for p in rest)] = expr
+    base = out.get((), {})
+    # An override's definitions are checked together with the base ones they replace.
+    for prefix, defs in list(out.items()):
+        if prefix:
+            out[prefix] = {**base, **defs}
+    return out
+
+
+def _get(data: Any, path: JsonPath) -> Any:
+    for p in path:
+        data = data[p]
+    return data
+
+
+def expression_diagnostics(policy: ResolvedPolicy) -> list[Diagnostic]:
+    """Hook for ``kilo-rules check``: every expression problem of a policy."""
+    try:
+        compile_policy_expressions(policy)
+    except KiloRulesError as exc:
+        return exc.diagnostics
+    return []

@@ -1,0 +1,198 @@
+"""Session parts → provider-neutral model messages (Kilo's ``toModelMessages``).
+
+Rules, as Kilo applies them (spec §6, §7.5–§7.6, §8):
+* a pruned (compacted) tool output is sent as the policy's placeholder, attachments dropped;
+* a tool call that never finished gets an error result, so calls and results always pair;
+* an errored assistant message is dropped unless it was interrupted with content;
+* each ``step-start`` opens a new assistant/tool message pair;
+* after a completed summary, media before the newest real user message become a short
+  ``[Attached <mime>: <name>]`` text (historical media stripping);
+* media returned by a tool move into a following user message when the provider cannot
+  take them inside a tool result.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..session import (
+    CompactionPart,
+    FilePart,
+    Message,
+    ReasoningPart,
+    StepStartPart,
+    TextPart,
+    ToolPart,
+)
+from .history import has_non_synthetic_part
+from .messages import Media, ModelMessage, Part, Reasoning, Text, ToolCall, ToolResult
+
+INTERRUPTED = "[Tool execution was interrupted]"
+MEDIA_MIME_PREFIXES = ("image/", "application/pdf")
+
+
+@dataclass(frozen=True, slots=True)
+class LowerSettings:
+    """What lowering needs from the plan."""
+
+    placeholder: str = "[Old tool result content cleared]"
+    compaction_request: str = "What did we do so far?"
+    media_in_tool_results: bool = True
+    strip_historical_media: bool = False
+    media_placeholder: str = "[Attached {mime}: {name}]"
+    drop_errored_assistant: bool = True
+    tool_output_max_chars: int | None = None  # set for the summary input only
+    strip_all_media: bool = False  # the summary input drops every media payload
+
+
+def is_media(mime: str) -> bool:
+    """Images and PDFs travel as media; everything else as text."""
+    return mime.startswith(MEDIA_MIME_PREFIXES)
+
+
+def media_text(settings: LowerSettings, part: FilePart) -> str:
+    """The placeholder that stands for a stripped attachment."""
+    return settings.media_placeholder.format(mime=part.mime, name=part.filename or "file")
+
+
+def _file(part: FilePart, settings: LowerSettings, strip: bool) -> Text | Media:
+    if strip and is_media(part.mime):
+        return Text(media_text(settings, part))
+    url = part.url
+    if url.startswith("data:"):
+        header, _, payload = url.partition(",")
+        is_b64 = header.endswith(";base64")
+        if is_media(part.mime):
+            data = (
+                payload
+                if is_b64
+                else base64.b64encode(urllib.parse.unquote_to_bytes(payload)).decode()
+            )
+            return Media(mime=part.mime, data=data, filename=part.filename)
+        try:
+            raw = base64.b64decode(payload, validate=True) if is_b64 else None
+            text = raw.decode("utf-8") if raw is not None else urllib.parse.unquote(payload)
+        except (binascii.Error, UnicodeDecodeError):
+            return Text(media_text(settings, part))
+        return Text(text)
+    if url.startswith(("http://", "https://")) and is_media(part.mime):
+        return Media(mime=part.mime, url=url, filename=part.filename)
+    return Text(media_text(settings, part))
+
+
+def _cut(text: str, limit: int | None) -> str:
+    if limit is None:
+        return text
+    from ..truncate import truncate_for_summary
+
+    return truncate_for_summary(text, limit)
+
+
+def _tool(
+    part: ToolPart, settings: LowerSettings, strip: bool
+) -> tuple[ToolCall, ToolResult, list[Media]]:
+    call = ToolCall(call_id=part.call_id, name=part.tool, input=dict(part.input))
+    moved: list[Media] = []
+    if part.status == "completed":
+        if part.time.compacted is not None:
+            content: tuple[Text | Media, ...] = (Text(settings.placeholder),)
+        else:
+            items: list[Text | Media] = [Text(_cut(part.output, settings.tool_output_max_chars))]
+            if not (strip or settings.strip_all_media):
+                for att in part.attachments:
+                    lowered = _file(att, settings, strip=False)
+                    if isinstance(lowered, Media) and not settings.media_in_tool_results:
+                        moved.append(lowered)
+                    else:
+                        items.append(lowered)
+            content = tuple(items)
+        return call, ToolResult(part.call_id, part.tool, content), moved
+    if part.status == "error":
+        text = _cut(part.error or "error", settings.tool_output_max_chars)
+        return call, ToolResult(part.call_id, part.tool, (Text(text),), is_error=True), moved
+    return call, ToolResult(part.call_id, part.tool, (Text(INTERRUPTED),), is_error=True), moved
+
+
+def _keep_assistant(msg: Message, settings: LowerSettings) -> bool:
+    if msg.error is None or not settings.drop_errored_assistant:
+        return True
+    interrupted = msg.error.name == "MessageAbortedError"
+    has_content = any(not isinstance(p, StepStartPart | ReasoningPart) for p in msg.parts)
+    return interrupted and has_content
+
+
+def _assistant(msg: Message, settings: LowerSettings, strip: bool) -> list[ModelMessage]:
+    out: list[ModelMessage] = []
+    parts: list[Part] = []
+    results: list[ToolResult] = []
+    moved: list[Media] = []
+
+    def flush() -> None:
+        if parts:
+            out.append(ModelMessage("assistant", tuple(parts), source_id=msg.id))
+        if results:
+            out.append(ModelMessage("tool", tuple(results), source_id=msg.id))
+        if moved:
+            note = Text("Attached media from the tool results above.", synthetic=True)
+            out.append(ModelMessage("user", (note, *moved), source_id=msg.id))
+        parts.clear()
+        results.clear()
+        moved.clear()
+
+    for p in msg.parts:
+        if isinstance(p, StepStartPart):
+            flush()
+        elif isinstance(p, TextPart):
+            if not p.ignored:
+                parts.append(Text(p.text, synthetic=p.synthetic))
+        elif isinstance(p, ReasoningPart):
+            parts.append(Reasoning(p.text, signature=p.signature, encrypted=p.encrypted))
+        elif isinstance(p, ToolPart):
+            call, result, media = _tool(p, settings, strip)
+            parts.append(call)
+            results.append(result)
+            moved.extend(media)
+        elif isinstance(p, FilePart):
+            parts.append(_file(p, settings, strip or settings.strip_all_media))
+    flush()
+    return out
+
+
+def _user(msg: Message, settings: LowerSettings, strip: bool) -> ModelMessage | None:
+    parts: list[Part] = []
+    for p in msg.parts:
+        if isinstance(p, TextPart):
+            if not p.ignored:
+                parts.append(Text(p.text, synthetic=p.synthetic))
+        elif isinstance(p, FilePart):
+            parts.append(_file(p, settings, strip or settings.strip_all_media))
+        elif isinstance(p, CompactionPart):
+            parts.append(Text(settings.compaction_request))
+    if not parts:
+        return None
+    return ModelMessage("user", tuple(parts), source_id=msg.id)
+
+
+def lower(messages: Sequence[Message], settings: LowerSettings) -> list[ModelMessage]:
+    """Model messages for the (already projected) ``messages``."""
+    cutoff = -1
+    if settings.strip_historical_media:
+        for i in range(len(messages) - 1, -1, -1):
+            m = messages[i]
+            if m.role == "user" and has_non_synthetic_part(m):
+                cutoff = i
+                break
+    out: list[ModelMessage] = []
+    for i, msg in enumerate(messages):
+        strip = i < cutoff
+        if msg.role == "user":
+            lowered = _user(msg, settings, strip)
+            if lowered is not None:
+                out.append(lowered)
+        elif _keep_assistant(msg, settings):
+            out.extend(_assistant(msg, settings, strip))
+    return out
