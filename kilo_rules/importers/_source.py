@@ -94,8 +94,10 @@ def load(text: str, file: str, prefer: Literal["json", "jsonl", "auto"] = "auto"
             doc_error = exc
         else:
             return Source(file, "json", [Record(file, 1, text, value)])
-        if prefer == "json" or not _first_line_is_json(text):
-            _raise_decode(doc_error, file, 0)
+        lines_ok = _first_line_is_json(text)
+        if prefer == "json" or not lines_ok:
+            _raise_decode(doc_error, file, 0, hint="this looks like JSON Lines, and the chosen "
+                          "format is one JSON document" if lines_ok else None)
     records = []
     for number, line_text in enumerate(_lines(text), start=1):
         if not line_text.strip():
@@ -119,10 +121,11 @@ def _first_line_is_json(text: str) -> bool:
     return False
 
 
-def _raise_decode(exc: Exception, file: str, line_offset: int) -> NoReturn:
+def _raise_decode(exc: Exception, file: str, line_offset: int,
+                  hint: str | None = None) -> NoReturn:
     if isinstance(exc, json.JSONDecodeError):
         fail("import.json", f"not valid JSON: {exc.msg}",
-             Location(file, exc.lineno + line_offset, exc.colno))
+             Location(file, exc.lineno + line_offset, exc.colno), hint=hint)
     fail("import.json", "not valid JSON: nested too deeply", Location(file, line_offset + 1, 1))
 
 
@@ -138,6 +141,7 @@ def _offset_of(text: str, path: JsonPath) -> int:
             if i >= len(text) or text[i] not in "{[":
                 return i
             is_obj = text[i] == "{"
+            start = i
             i = _skip_ws(text, i + 1)
             index = 0
             while i < len(text) and text[i] not in "}]":
@@ -154,8 +158,8 @@ def _offset_of(text: str, path: JsonPath) -> int:
                 if i < len(text) and text[i] == ",":
                     i = _skip_ws(text, i + 1)
                 index += 1
-            else:
-                return i
+            else:  # no such member: point at the object or array that lacks it
+                return start
     except (ValueError, RecursionError):
         return 0
     return i

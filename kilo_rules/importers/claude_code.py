@@ -62,6 +62,8 @@ class _Importer:
     def line(self, rec: Record) -> None:
         v = need_dict(rec, (), rec.value)
         kind = v.get("type")
+        if not isinstance(kind, str):
+            rec.fail((), "not a Claude Code record (it has no \"type\")")
         self.records[str(kind)] += 1
         if kind in ("user", "assistant") and not self.first:
             self.first = v
