@@ -94,6 +94,13 @@ class _Checker:
             return False
         return True
 
+    def need_both(self, node: Binary, left: Type, right: Type, ok: Callable[[Type], bool],
+                  wanted: str, context: str) -> bool:
+        """:meth:`need` for both operands, reporting each one that fails."""
+        left_ok = self.need(node.left, left, ok, wanted, context)
+        right_ok = self.need(node.right, right, ok, wanted, context)
+        return left_ok and right_ok
+
     def literal(self, node: Literal, facts: _Facts) -> Type:
         return type_of_value(node.value)
 
@@ -160,8 +167,7 @@ class _Checker:
         if op in _ORDERING:
             return self.ordering(node, left, right)
         if op in _STRING_OPS:
-            ok = all([self.need(side, t, lambda t: t == STR, "a string", f"'{op}'")
-                      for side, t in ((node.left, left), (node.right, right))])
+            ok = self.need_both(node, left, right, lambda t: t == STR, "a string", f"'{op}'")
             if ok and op == "matches":
                 self.regex(node.right)
             return BOOL
@@ -170,22 +176,19 @@ class _Checker:
     def arithmetic(self, node: Binary, left: Type, right: Type) -> Type:
         op = node.op
         if op == "+" and STR in (left.non_null(), right.non_null()):
-            ok = all([self.need(side, t, lambda t: t == STR, "a string", "'+' on strings")
-                      for side, t in ((node.left, left), (node.right, right))])
+            ok = self.need_both(node, left, right, lambda t: t == STR, "a string", "'+' on strings")
             return STR if ok else ANY
-        ok = all([self.need(side, t, Type.is_numeric, "a number", f"'{op}'")
-                  for side, t in ((node.left, left), (node.right, right))])
+        ok = self.need_both(node, left, right, Type.is_numeric, "a number", f"'{op}'")
         if not ok or left.is_any or right.is_any:
             return ANY
-        if op == "/":
+        # Python's arithmetic: int op int is an int (except /), a float operand makes a float.
+        if op == "/" or FLOAT in (left, right):
             return FLOAT
-        joined = join(left, right)
-        return joined if joined is not None else ANY
+        return INT if left == INT and right == INT else NUMBER
 
     def ordering(self, node: Binary, left: Type, right: Type) -> Type:
-        ok = all([self.need(side, t, lambda t: t.is_numeric() or t == STR,
+        ok = self.need_both(node, left, right, lambda t: t.is_numeric() or t == STR,
                             "a number or a string", f"'{node.op}'")
-                  for side, t in ((node.left, left), (node.right, right))])
         if ok and not (left.is_any or right.is_any) and (left == STR) != (right == STR):
             self.error("expr.type", node, f"cannot compare {left} with {right} using "
                                           f"'{node.op}'")

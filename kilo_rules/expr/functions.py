@@ -121,7 +121,7 @@ def _parse_number(result: Type) -> Callable[[Sequence[Type]], Type]:
 def _bools(args: Sequence[Type]) -> Type:
     t = args[0]
     elem = t.elem or NEVER
-    _need(0, t, t.is_kind("list") and (elem == BOOL or elem == NEVER or elem.is_any),
+    _need(0, t, t.is_kind("list") and (elem in (BOOL, NEVER) or elem.is_any),
           "a list of booleans")
     return BOOL
 
@@ -244,18 +244,18 @@ def to_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _bool_fold(stop: bool) -> Callable[[Any], bool]:
-    def impl(values: Any) -> bool:
-        if type(values) not in (list, tuple):
-            raise TypeError
-        for v in values:
-            if v is stop:
-                return stop
-            if v is not (not stop):
-                raise TypeError
-        return not stop
+def _booleans(values: Any) -> Any:
+    if type(values) not in (list, tuple) or any(v is not True and v is not False for v in values):
+        raise TypeError
+    return values
 
-    return impl
+
+def _any(values: Any) -> bool:
+    return True in _booleans(values)
+
+
+def _all(values: Any) -> bool:
+    return False not in _booleans(values)
 
 
 def _coalesce_impl(*args: Any) -> Any:
@@ -280,9 +280,9 @@ def _f(name: str, signature: str, doc: str, arity: tuple[int, int | None],
 FUNCTIONS: dict[str, Function] = {f.name: f for f in (
     _f("abs", "abs(x: number) -> number", "Absolute value.", (1, 1), _same_number, _abs),
     _f("all", "all(xs: list[bool]) -> bool", "Every item is true (true for []).",
-       (1, 1), _bools, _bool_fold(False)),
+       (1, 1), _bools, _all),
     _f("any", "any(xs: list[bool]) -> bool", "Some item is true (false for []).",
-       (1, 1), _bools, _bool_fold(True)),
+       (1, 1), _bools, _any),
     _f("ceil", "ceil(x: number) -> int", "Smallest whole number >= x.", (1, 1), _to_int, _ceil),
     _f("clamp", "clamp(x, lo, hi: number) -> number", "x limited to [lo, hi]; lo > hi fails.",
        (3, 3), _numbers, _clamp),

@@ -147,12 +147,12 @@ def _strings(a: Any, b: Any) -> None:
 
 def startswith(a: Any, b: Any) -> bool:
     _strings(a, b)
-    return a.startswith(b)
+    return bool(a.startswith(b))
 
 
 def endswith(a: Any, b: Any) -> bool:
     _strings(a, b)
-    return a.endswith(b)
+    return bool(a.endswith(b))
 
 
 def matches(a: Any, b: Any) -> bool:
@@ -194,7 +194,7 @@ def regex_problem(pattern: str) -> str | None:
         atom_is_group = False
         if ch == "\\":
             nxt = pattern[i + 1 : i + 2]
-            if nxt.isdigit() and nxt != "0" or nxt == "g":
+            if (nxt.isdigit() and nxt != "0") or nxt == "g":
                 return "backreferences are not allowed in regular expressions"
             i += 2
         elif ch == "[":
@@ -222,7 +222,7 @@ def regex_problem(pattern: str) -> str | None:
         else:
             quantifier = _QUANTIFIER.match(pattern, i)
             if quantifier:
-                low, comma, high = quantifier.groups()
+                _, comma, high = quantifier.groups()
                 unbounded = ch in "*+" or (comma and not high) or (high and int(high) > 1)
                 if unbounded:
                     if last_group_risky:

@@ -9,6 +9,7 @@ the reference interpreter. Every lark exception is translated here, once, into a
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from functools import cache
@@ -159,7 +160,7 @@ def decode_string(text: str) -> str:
 # --- building nodes while parsing --------------------------------------------------------
 
 
-class _SyntaxProblem(Exception):
+class _SyntaxProblem(Exception):  # noqa: N818 -- internal, becomes an ExprError
     """Raised from inside the parser callbacks; turned into a diagnostic by :func:`parse`."""
 
     def __init__(self, code: str, message: str, start: int, end: int) -> None:
@@ -170,8 +171,8 @@ class _SyntaxProblem(Exception):
 def _span(children: Sequence[Any]) -> tuple[int, int, int]:
     """(start, end, depth) of a rule from its children (tokens and nodes)."""
     first, last = children[0], children[-1]
-    start = first.start_pos if isinstance(first, Token) else first.start
-    end = last.end_pos if isinstance(last, Token) else last.end
+    start: int = (first.start_pos or 0) if isinstance(first, Token) else first.start
+    end: int = (last.end_pos or 0) if isinstance(last, Token) else last.end
     depth = 1 + max((c.depth for c in children if isinstance(c, Node)), default=0)
     if depth > LIMITS.max_depth:
         raise _SyntaxProblem(
@@ -236,6 +237,11 @@ class _Builder(Transformer[Token, Node]):
                 start, end,
             )
         return ListExpr(items, start=start, end=end, depth=depth)
+
+    def paren(self, children: list[Any]) -> Node:
+        # The parentheses become part of the inner node's span, so that messages quote them.
+        start, end, _ = _span(children)
+        return dataclasses.replace(children[1], start=start, end=end)
 
     def neg(self, children: list[Any]) -> Unary:
         start, end, depth = _span(children)
@@ -365,7 +371,7 @@ def _describe(token: Token) -> str:
 def _syntax_problem(text: str, exc: UnexpectedInput,
                     open_brackets: list[tuple[str, int]]) -> _SyntaxProblem:
     if isinstance(exc, UnexpectedCharacters):
-        pos = exc.pos_in_stream
+        pos: int = exc.pos_in_stream or 0
         ch = text[pos]
         message = _LEXER_MESSAGES.get(ch, f"unexpected character {ch!r}")
         if ch == "!" and text.startswith("!=", pos):
@@ -379,9 +385,8 @@ def _syntax_problem(text: str, exc: UnexpectedInput,
         return _SyntaxProblem("expr.syntax", f"unclosed {_BRACKET_NAMES[opener]}", at, at + 1)
     exact, by_state = _error_table()
     state = exc.state.position
-    message = exact.get((state, token.type)) or by_state.get(state)
-    if message is None:
-        message = f"unexpected {_describe(token)}"
+    message = exact.get((state, token.type)) or by_state.get(state) \
+        or f"unexpected {_describe(token)}"
     if at_end:
         pos = len(text.rstrip())
         return _SyntaxProblem("expr.syntax", message, pos, pos)
@@ -397,7 +402,7 @@ def _expected_words(exc: UnexpectedInput) -> list[str]:
     if not isinstance(exc, UnexpectedToken):
         return []
     patterns = {t.name: t.pattern.value for t in _node_parser().terminals}
-    words = {_TERMINAL_WORDS.get(name) or repr(patterns.get(name, name)) for name in exc.expected}
+    words = {_TERMINAL_WORDS.get(name, repr(patterns.get(name, name))) for name in exc.expected}
     return sorted(words)
 
 

@@ -15,8 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Diagnostic, ExprError, Location, did_you_mean
 from .nodes import Expr, Name, walk
-from .types import BOOL, FLOAT, INT, NUMBER, STR, Type, assignable, list_of, nullable, \
-    type_of_value
+from .types import (
+    BOOL,
+    FLOAT,
+    INT,
+    NUMBER,
+    STR,
+    Type,
+    assignable,
+    list_of,
+    nullable,
+    type_of_value,
+)
 
 if TYPE_CHECKING:
     from ..catalog import ModelInfo

@@ -1,0 +1,338 @@
+"""AST → Python closures, with constant folding.
+
+Each node becomes a closure ``fn(context) -> value`` that calls its children's closures;
+nothing is ``eval``-ed. Sub-expressions whose operands are all constants are computed once
+here, so ``20_000 * 2`` costs nothing per call and a fully constant expression compiles to
+a closure returning its value (:attr:`CompiledExpr.constant`).
+
+Runtime failures travel as :class:`_Fail` (node + message) up to
+:meth:`CompiledExpr.__call__`, which turns them into an :class:`EvalError` located at the
+failing sub-expression, or returns the fallback given at compile time.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ..errors import Diagnostic, EvalError, ExprError, did_you_mean
+from . import ops
+from .functions import FUNCTIONS
+from .nodes import Binary, Call, Conditional, Expr, ListExpr, Literal, Name, Node, Unary
+from .ops import OpError, kind_of
+from .types import Type
+
+Fn = Callable[[Mapping[str, Any]], Any]
+
+#: Errors an operation may raise on bad operands; everything else is a bug and propagates.
+_OP_ERRORS = (TypeError, ValueError, OpError, OverflowError, ZeroDivisionError)
+
+
+class _NoFallback(enum.Enum):
+    NO_FALLBACK = enum.auto()
+
+    def __repr__(self) -> str:
+        return "NO_FALLBACK"
+
+
+#: The default of ``fallback=``: runtime failures raise :class:`EvalError`.
+NO_FALLBACK: Final = _NoFallback.NO_FALLBACK
+
+
+class _Fail(Exception):  # noqa: N818 -- internal signal, never escapes
+    """A runtime failure at ``node`` (``missing``: the context lacks a name)."""
+
+    def __init__(self, node: Node, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.node, self.message, self.missing = node, message, missing
+
+
+def failure_message(expr: Expr, node: Node, operands: tuple[tuple[Node, Any], ...],
+                    exc: Exception, what: str) -> str:
+    """A message for a failed operation, naming the operand that was null if one was."""
+    if isinstance(exc, OpError):
+        return str(exc)
+    for operand, value in operands:
+        if value is None:
+            return f"{expr.source(operand)} is null, so {what} cannot be computed"
+    kinds = " and ".join(kind_of(v) for _, v in operands)
+    return f"{what} cannot be applied to {kinds}"
+
+
+class CompiledExpr:
+    """An expression ready to evaluate against a context of full dotted names.
+
+    Call it (or :meth:`evaluate`) with a mapping such as
+    ``{"model.limits.context": 200000, ...}``.
+    """
+
+    __slots__ = ("_fn", "_value", "expr", "fallback", "is_constant", "names", "type")
+
+    def __init__(self, expr: Expr, fn: Fn, *, constant: bool, value: Any,
+                 fallback: Any = NO_FALLBACK, result_type: Type | None = None) -> None:
+        from .vocabulary import free_names
+
+        self.expr = expr
+        self._fn = fn
+        self._value = value
+        #: Whether the value does not depend on the context.
+        self.is_constant: bool = constant
+        #: Returned instead of raising when evaluation fails (``NO_FALLBACK``: raise).
+        self.fallback = fallback
+        #: The checked result type, when compiled through :func:`compile_source`.
+        self.type = result_type
+        #: The names the expression reads, in source order.
+        self.names: tuple[str, ...] = tuple(name for name, _ in free_names(expr))
+
+    @property
+    def constant(self) -> Any:
+        """The value of a constant expression; ``ValueError`` if it reads any name."""
+        if not self.is_constant:
+            raise ValueError(f"`{self.expr.text}` is not constant")
+        return self._value
+
+    @property
+    def text(self) -> str:
+        """The source text."""
+        return self.expr.text
+
+    def __call__(self, context: Mapping[str, Any]) -> Any:
+        try:
+            return self._fn(context)
+        except _Fail as fail:
+            if self.fallback is not NO_FALLBACK and not fail.missing:
+                return self.fallback
+            raise _eval_error(self.expr, fail) from None
+
+    evaluate = __call__
+
+    def __repr__(self) -> str:
+        return f"CompiledExpr({self.expr.text!r})"
+
+
+def _eval_error(expr: Expr, fail: _Fail) -> EvalError:
+    return EvalError(Diagnostic(
+        "expr.eval", f"{fail.message} (in `{expr.text}`)", expr.location(fail.node),
+        details={"expression": expr.text, "subexpression": expr.source(fail.node),
+                 "kind": "missing-name" if fail.missing else "runtime"},
+        hint="the evaluation context must provide every name the expression reads"
+        if fail.missing else None,
+    ))
+
+
+_Compiled = tuple[Fn, bool, Any]  # (closure, is constant, constant value)
+_EMPTY: Mapping[str, Any] = {}
+
+
+class _Compiler:
+    def __init__(self, expr: Expr) -> None:
+        self.expr = expr
+
+    def compile(self, node: Node) -> _Compiled:
+        if isinstance(node, Literal):
+            return self.constant(node.value)
+        if isinstance(node, Name):
+            return self.name(node), False, None
+        method: Callable[[Any], _Compiled] = getattr(self, type(node).__name__.lower())
+        return method(node)
+
+    def constant(self, value: Any) -> _Compiled:
+        if type(value) is list:
+            # Lists are mutable: hand every caller its own copy.
+            return (lambda ctx: list(value)), True, value
+        return (lambda ctx: value), True, value
+
+    def fold(self, fn: Fn, node: Node) -> _Compiled:
+        """Evaluate a node whose operands are all constants, once, now."""
+        try:
+            return self.constant(fn(_EMPTY))
+        except _Fail as fail:
+            where = self.expr.location(fail.node)
+            raise ExprError(Diagnostic(
+                "expr.eval", f"this always fails: {fail.message}", where,
+                details={"expression": self.expr.text,
+                         "subexpression": self.expr.source(fail.node)},
+            )) from None
+
+    def name(self, node: Name) -> Fn:
+        key = node.name
+
+        def load(ctx: Mapping[str, Any]) -> Any:
+            try:
+                return ctx[key]
+            except KeyError:
+                raise _Fail(node, f"no value for {key}", missing=True) from None
+
+        return load
+
+    def listexpr(self, node: ListExpr) -> _Compiled:
+        items = [self.compile(item) for item in node.items]
+        fns = [fn for fn, _, _ in items]
+
+        def build(ctx: Mapping[str, Any]) -> list[Any]:
+            return [f(ctx) for f in fns]
+
+        if all(const for _, const, _ in items):
+            return self.constant([value for _, _, value in items])
+        return build, False, None
+
+    def unary(self, node: Unary) -> _Compiled:
+        f, const, _ = self.compile(node.operand)
+        operand = node.operand
+        expr = self.expr
+
+        if node.op == "not":
+            def run(ctx: Mapping[str, Any]) -> Any:
+                v = f(ctx)
+                if v is True:
+                    return False
+                if v is False:
+                    return True
+                raise _Fail(operand, f"'not' needs a bool, got {kind_of(v)}")
+        else:
+            def run(ctx: Mapping[str, Any]) -> Any:
+                v = f(ctx)
+                try:
+                    return ops.neg(v)
+                except _OP_ERRORS as exc:
+                    raise _Fail(node, failure_message(expr, node, ((operand, v),), exc,
+                                                      "'-'")) from None
+
+        return self.fold(run, node) if const else (run, False, None)
+
+    def binary(self, node: Binary) -> _Compiled:
+        if node.op in ("and", "or"):
+            return self.logical(node)
+        lf, lconst, lvalue = self.compile(node.left)
+        rf, rconst, rvalue = self.compile(node.right)
+        if node.op == "??":
+            if lconst:
+                return (rf, rconst, rvalue) if lvalue is None else self.constant(lvalue)
+
+            def coalesce(ctx: Mapping[str, Any]) -> Any:
+                v = lf(ctx)
+                return rf(ctx) if v is None else v
+
+            return coalesce, False, None
+        op = ops.BINARY[node.op]
+        expr, left, right, what = self.expr, node.left, node.right, f"'{node.op}'"
+
+        def fail(a: Any, b: Any, exc: Exception) -> _Fail:
+            return _Fail(node, failure_message(expr, node, ((left, a), (right, b)), exc, what))
+
+        if rconst:
+            def run(ctx: Mapping[str, Any]) -> Any:
+                a = lf(ctx)
+                try:
+                    return op(a, rvalue)
+                except _OP_ERRORS as exc:
+                    raise fail(a, rvalue, exc) from None
+        elif lconst:
+            def run(ctx: Mapping[str, Any]) -> Any:
+                b = rf(ctx)
+                try:
+                    return op(lvalue, b)
+                except _OP_ERRORS as exc:
+                    raise fail(lvalue, b, exc) from None
+        else:
+            def run(ctx: Mapping[str, Any]) -> Any:
+                a = lf(ctx)
+                b = rf(ctx)
+                try:
+                    return op(a, b)
+                except _OP_ERRORS as exc:
+                    raise fail(a, b, exc) from None
+
+        return self.fold(run, node) if lconst and rconst else (run, False, None)
+
+    def logical(self, node: Binary) -> _Compiled:
+        lf, lconst, lvalue = self.compile(node.left)
+        rf, rconst, _ = self.compile(node.right)
+        # `and` stops at False, `or` at True; the other operand must then be a bool too.
+        stop = node.op == "or"
+        left, right = node.left, node.right
+
+        def run(ctx: Mapping[str, Any]) -> Any:
+            a = lf(ctx)
+            if a is stop:
+                return stop
+            if a is not (not stop):
+                raise _Fail(left, f"'{node.op}' needs a bool, got {kind_of(a)}")
+            b = rf(ctx)
+            if b is True or b is False:
+                return b
+            raise _Fail(right, f"'{node.op}' needs a bool, got {kind_of(b)}")
+
+        if lconst and (lvalue is stop or rconst):
+            return self.fold(run, node)
+        return run, False, None
+
+    def conditional(self, node: Conditional) -> _Compiled:
+        cf, cconst, cvalue = self.compile(node.cond)
+        then = self.compile(node.then)
+        orelse = self.compile(node.orelse)
+        if cconst and (cvalue is True or cvalue is False):
+            return then if cvalue else orelse
+        tf, ef, cond = then[0], orelse[0], node.cond
+
+        def run(ctx: Mapping[str, Any]) -> Any:
+            c = cf(ctx)
+            if c is True:
+                return tf(ctx)
+            if c is False:
+                return ef(ctx)
+            raise _Fail(cond, f"the condition must be a bool, got {kind_of(c)}")
+
+        return self.fold(run, node) if cconst else (run, False, None)
+
+    def call(self, node: Call) -> _Compiled:
+        func = FUNCTIONS.get(node.func)
+        if func is None:
+            suggestion = did_you_mean(node.func, FUNCTIONS)
+            raise ExprError(Diagnostic(
+                "expr.unknown-function", f"unknown function {node.func}()",
+                self.expr.location(node),
+                hint=f"did you mean {suggestion}()?" if suggestion else None))
+        args = [self.compile(arg) for arg in node.args]
+        fns = [fn for fn, _, _ in args]
+        impl, expr, what = func.impl, self.expr, f"{func.name}()"
+
+        def fail(values: tuple[Any, ...], exc: Exception) -> _Fail:
+            operands = tuple(zip(node.args, values, strict=True))
+            return _Fail(node, failure_message(expr, node, operands, exc, what))
+
+        if len(fns) == 1:
+            f0 = fns[0]
+
+            def run(ctx: Mapping[str, Any]) -> Any:
+                a = f0(ctx)
+                try:
+                    return impl(a)
+                except _OP_ERRORS as exc:
+                    raise fail((a,), exc) from None
+        else:
+            def run(ctx: Mapping[str, Any]) -> Any:
+                values = tuple([f(ctx) for f in fns])
+                try:
+                    return impl(*values)
+                except _OP_ERRORS as exc:
+                    raise fail(values, exc) from None
+
+        if all(const for _, const, _ in args):
+            return self.fold(run, node)
+        return run, False, None
+
+
+def compile_expr(expr: Expr, *, fallback: Any = NO_FALLBACK,
+                 result_type: Type | None = None) -> CompiledExpr:
+    """Compile a parsed (and normally checked) expression into a :class:`CompiledExpr`.
+
+    ``fallback``: the value to return when evaluation fails at run time (division by
+    zero, a null operand, overflow...) instead of raising :class:`EvalError`. A name
+    missing from the context always raises: that is a bug in the caller, not in the data.
+    A constant sub-expression that always fails raises :class:`ExprError` here.
+    """
+    fn, const, value = _Compiler(expr).compile(expr.root)
+    return CompiledExpr(expr, fn, constant=const, value=value, fallback=fallback,
+                        result_type=result_type)
