@@ -94,5 +94,6 @@ def convert(src: Source, run: int) -> Session:
     meta["swe_agent"] = {"environment": doc.get("environment"),
                          **{k: v for k, v in info.items() if k != "submission"}}
     # The file name is the only place the task id appears (…/pydicom__pydicom-1458.traj).
-    sid = PurePath(src.file).name.removesuffix(".traj") or "swe-agent"
+    name = PurePath(src.file).name
+    sid = "swe-agent" if name.startswith("<") else name.removesuffix(".traj")
     return b.build(sid, metadata=meta)

@@ -47,7 +47,7 @@ def test_truncated_mid_line(tmp_path: Path, fmt: str, path: Path, given: bool) -
     n = int(len(lines) * 0.6) or 1
     while len(lines[n - 1]) < 10:
         n += 1
-    cut = "\n".join(lines[: n - 1] + [lines[n - 1][: len(lines[n - 1]) // 2]])
+    cut = "\n".join([*lines[: n - 1], lines[n - 1][: len(lines[n - 1]) // 2]])
     err = _error(tmp_path, cut.encode(), fmt if given else "auto")
     diag = err.diagnostic
     assert diag.code == "import.json"

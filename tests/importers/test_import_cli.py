@@ -1,0 +1,93 @@
+"""The ``kilo-rules import`` subcommand, driven through its own parser."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+import pytest
+from importer_helpers import SUBAGENT, SWE_AGENT
+
+from kilo_rules.importers import import_file
+from kilo_rules.importers.cli import add_arguments, run
+from kilo_rules.session import session_from_data
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="kilo-rules import")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def test_writes_session_json_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run([str(SWE_AGENT)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert session_from_data(json.loads(out)) == import_file(SWE_AGENT)
+
+
+def test_writes_to_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "session.json"
+    assert _run([str(SUBAGENT), "--from", "claude_code", "-o", str(target)]) == 0
+    assert capsys.readouterr() == ("", "")
+    session = session_from_data(json.loads(target.read_text(encoding="utf-8")))
+    assert session == import_file(SUBAGENT)
+
+
+def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    stdin = io.TextIOWrapper(io.BytesIO(SWE_AGENT.read_bytes()))
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert _run(["-"]) == 0
+    session = json.loads(capsys.readouterr().out)
+    assert (session["id"], len(session["messages"])) == ("swe-agent", 14)
+
+
+def test_import_error_is_one_located_line(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "cut.jsonl"
+    lines = SUBAGENT.read_text(encoding="utf-8").split("\n")
+    bad.write_text("\n".join([*lines[:4], lines[4][:100]]), encoding="utf-8")
+    assert _run([str(bad)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    first = err.splitlines()[0]
+    assert first.startswith(f"{bad}:5:")
+    assert ": error[import.json]: not valid JSON: " in first
+
+
+def test_short_source_lines_are_echoed(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "chat.json"
+    bad.write_text('[\n  {"role": "user", "content": "hi"},\n  {"role" "user"}\n]\n',
+                   encoding="utf-8")
+    assert _run([str(bad)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{bad}:3:11: error[import.json]: not valid JSON: Expecting ':' delimiter",
+        '   3 |   {"role" "user"}',
+        "     |           ^",
+    ]
+
+
+def test_missing_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run([str(tmp_path / "nope.jsonl")]) == 2
+    assert "error[io.read]" in capsys.readouterr().err
+
+
+def test_unwritable_output_is_exit_2(tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run([str(SWE_AGENT), "-o", str(tmp_path / "no" / "such" / "dir.json")]) == 2
+    assert "error[io.write]" in capsys.readouterr().err
+
+
+def test_run_out_of_range_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run([str(SWE_AGENT), "--run", "3"]) == 2
+    assert "error[import.run]: run 3 is out of range" in capsys.readouterr().err
+
+
+def test_unknown_format_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        _run([str(SWE_AGENT), "--from", "cline"])
+    assert info.value.code == 2
+    assert "invalid choice: 'cline'" in capsys.readouterr().err
