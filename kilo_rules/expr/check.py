@@ -21,6 +21,7 @@ from .types import (
     INT,
     NEVER,
     NULL,
+    NUMBER,
     STR,
     Type,
     assignable,

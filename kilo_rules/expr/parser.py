@@ -241,7 +241,8 @@ class _Builder(Transformer[Token, Node]):
     def paren(self, children: list[Any]) -> Node:
         # The parentheses become part of the inner node's span, so that messages quote them.
         start, end, _ = _span(children)
-        return dataclasses.replace(children[1], start=start, end=end)
+        inner: Node = children[1]
+        return dataclasses.replace(inner, start=start, end=end)
 
     def neg(self, children: list[Any]) -> Unary:
         start, end, depth = _span(children)
