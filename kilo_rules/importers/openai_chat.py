@@ -103,6 +103,7 @@ class ChatImporter:
             self.rec.fail((*path, "role"), f"unknown role {role!r}")
 
     def user(self, i: int, m: dict[str, Any], path: JsonPath) -> None:
+        """A user message: text, image, audio and file content parts."""
         content = m.get("content")
         if not isinstance(content, list):
             self.b.user_text(key(i), content_text(content))
@@ -134,6 +135,7 @@ class ChatImporter:
                 msg.setdefault("metadata", {}).setdefault("content", []).append(part)
 
     def assistant(self, i: int, m: dict[str, Any], path: JsonPath) -> None:
+        """An assistant message: reasoning, text, refusal, then its tool calls."""
         msg = self.b.message("assistant", key(i), model=m.get("model"))
         reasoning = m.get("reasoning_content") or m.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
