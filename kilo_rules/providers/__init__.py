@@ -1,1 +1,124 @@
-"""providers."""
+"""Provider wire formats: the exact JSON body a request is sent as, one module per API.
+
+:func:`render` turns the provider-neutral :class:`~kilo_rules.runtime.messages.ModelRequest`
+into the body for one wire API, :func:`endpoint` gives the URL path it is posted to, and
+:func:`count_markers` counts the cache breakpoints a rendered body carries. Each module's
+docstring says what it does with system text, tools, media, reasoning and cache marks.
+
+``options`` read by the renderers (all optional):
+
+* ``output_limit`` (int): Anthropic's ``max_tokens`` when the request leaves it unset;
+* ``automatic_cache`` (true or ``"1h"``): Anthropic's top-level automatic caching;
+* ``prompt_cache_breakpoints`` (bool): OpenAI explicit breakpoints (GPT-5.6 and later);
+* ``reasoning_field`` (str): the assistant field an OpenAI-compatible server reads
+  reasoning from (``reasoning_content`` for DeepSeek and Moonshot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import CatalogError, Diagnostic, did_you_mean
+from ..runtime.messages import ModelRequest
+from . import anthropic, bedrock, gemini, openai, openai_compatible
+
+__all__ = ["APIS", "PROVIDER_BREAKPOINT_LIMITS", "count_markers", "endpoint", "render"]
+
+Renderer = Callable[[ModelRequest], dict[str, Any]]
+
+_RENDERERS: Mapping[str, Renderer] = MappingProxyType(
+    {
+        "anthropic": anthropic.render,
+        "bedrock": bedrock.render,
+        "gemini": gemini.render,
+        "openai": openai.render,
+        "openai-compatible": openai_compatible.render,
+    }
+)
+
+#: The wire APIs :func:`render` knows, sorted.
+APIS: tuple[str, ...] = tuple(sorted(_RENDERERS))
+
+#: Most explicit cache breakpoints one request may carry, per wire API. Anthropic and
+#: Bedrock count tools, system and messages together; OpenAI-compatible servers forward
+#: the marks to Anthropic (OpenRouter), so the same 4 applies. OpenAI Chat and Gemini
+#: cache implicitly and take no markers here. (OpenAI models from GPT-5.6 take up to 4
+#: explicit breakpoints when ``options["prompt_cache_breakpoints"]`` is set; a caller that
+#: uses them caps its budget at 4 itself.)
+PROVIDER_BREAKPOINT_LIMITS: Mapping[str, int] = MappingProxyType(
+    {"anthropic": 4, "bedrock": 4, "gemini": 0, "openai": 0, "openai-compatible": 4}
+)
+
+# Keys that hold one breakpoint each, per wire API. Anthropic's top-level automatic
+# ``cache_control`` is not a block marker and is not counted.
+_MARKER_KEYS: Mapping[str, str | None] = MappingProxyType(
+    {
+        "anthropic": "cache_control",
+        "bedrock": "cachePoint",
+        "gemini": None,
+        "openai": "prompt_cache_breakpoint",
+        "openai-compatible": "cache_control",
+    }
+)
+
+
+def _check(api: str) -> None:
+    if api not in _RENDERERS:
+        guess = did_you_mean(api, APIS)
+        raise CatalogError(
+            Diagnostic(
+                "provider.unknown-api",
+                f"unknown wire API {api!r}",
+                details={"known": list(APIS)},
+                hint=f"did you mean {guess!r}?" if guess else f"use one of {', '.join(APIS)}",
+            )
+        )
+
+
+def render(request: ModelRequest, api: str) -> dict[str, Any]:
+    """The JSON body ``request`` is sent as on wire API ``api``.
+
+    The same request always gives the same body, key order included, so
+    ``json.dumps(render(r, api))`` is byte-identical across calls. Raises
+    :class:`~kilo_rules.errors.CatalogError` for an unknown ``api``.
+    """
+    _check(api)
+    return _RENDERERS[api](request)
+
+
+def endpoint(request: ModelRequest, api: str) -> str:
+    """The URL path (relative to the provider's base URL) the body is posted to.
+
+    Bedrock and Gemini carry the model id in the path rather than in the body.
+    """
+    _check(api)
+    if api == "bedrock":
+        return bedrock.endpoint(request)
+    if api == "gemini":
+        return gemini.endpoint(request)
+    paths = {
+        "anthropic": anthropic.ENDPOINT,
+        "openai": openai.ENDPOINT,
+        "openai-compatible": openai_compatible.ENDPOINT,
+    }
+    return paths[api]
+
+
+def count_markers(body: Mapping[str, Any], api: str) -> int:
+    """How many cache breakpoints the rendered ``body`` carries for wire API ``api``."""
+    _check(api)
+    key = _MARKER_KEYS[api]
+    if key is None:
+        return 0
+    top = {k: v for k, v in body.items() if k != "cache_control"}
+    return _count(top, key)
+
+
+def _count(value: Any, key: str) -> int:
+    if isinstance(value, Mapping):
+        return sum((k == key) + _count(v, key) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(_count(v, key) for v in value)
+    return 0

@@ -1,0 +1,199 @@
+"""Anthropic Messages API (``POST /v1/messages``): the request body.
+
+Mapping from the provider-neutral request:
+
+* system messages → top-level ``system``, a list of text blocks;
+* tools → ``tools[{name, description, input_schema}]``;
+* user text and media → ``text``, ``image`` (base64 or url source) and ``document``
+  (PDF as base64 or url, ``text/*`` as a plain-text source) blocks; other media types
+  become a text placeholder so the model knows something was there;
+* assistant reasoning → ``thinking`` with its ``signature``, or ``redacted_thinking``
+  with the encrypted ``data``. Reasoning with neither came from another provider: the API
+  would reject a thinking block without a signature, so it is not sent;
+* tool calls → ``tool_use``; a ``tool`` message becomes a ``user`` turn of
+  ``tool_result`` blocks (``tool_use_id``, ``is_error``). Consecutive turns of one role
+  are merged so that user and assistant alternate, tool results first;
+* cache marks → ``cache_control: {"type": "ephemeral"}`` (``"ttl": "1h"`` for the hour
+  bucket) on the marked block; a message-level mark goes on the message's last block.
+  Thinking blocks cannot carry ``cache_control``, so a mark there moves to the nearest
+  block that can (see :func:`~kilo_rules.providers._shared.settle_marks`);
+* empty text is dropped (the API rejects empty text blocks), and tool-call ids are
+  cleaned to ``^[a-zA-Z0-9_-]+$`` the same way for the call and its result.
+
+``max_tokens`` is required by this API. When the request leaves it unset, the model's
+output limit is used if the caller put it in ``options["output_limit"]``, else 4096
+(a value every current Claude model accepts).
+
+``options["automatic_cache"]`` (true, or ``"1h"``) turns on Anthropic's automatic caching:
+a top-level ``cache_control``, which lets the API move one breakpoint forward by itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..runtime.messages import (
+    CacheMark,
+    Media,
+    ModelMessage,
+    ModelRequest,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+from ._shared import (
+    Entry,
+    decode_text,
+    effective_mark,
+    is_empty_text,
+    media_kind,
+    merge_same_role,
+    placeholder,
+    sanitize_call_id,
+    settle_marks,
+)
+
+#: Used for ``max_tokens`` when neither the request nor ``options["output_limit"]`` sets it.
+DEFAULT_MAX_TOKENS = 4096
+
+ENDPOINT = "/v1/messages"
+
+
+def render(request: ModelRequest) -> dict[str, Any]:
+    """The Messages API request body for ``request`` (JSON-serialisable, deterministic)."""
+    body: dict[str, Any] = {"model": request.model, "max_tokens": _max_tokens(request)}
+    system = _system(request.system)
+    if system:
+        body["system"] = system
+    if request.tools:
+        body["tools"] = [_tool(t) for t in request.tools]
+    turns = [_message(m) for m in request.conversation]
+    body["messages"] = merge_same_role(turns)
+    automatic = request.options.get("automatic_cache")
+    if automatic:
+        body["cache_control"] = cache_control(CacheMark(ttl="1h" if automatic == "1h" else None))
+    return body
+
+
+def cache_control(mark: CacheMark) -> dict[str, Any]:
+    """The wire form of a mark; the 5-minute bucket is the default, so it is not spelled."""
+    out: dict[str, Any] = {"type": "ephemeral"}
+    if mark.ttl == "1h":
+        out["ttl"] = "1h"
+    return out
+
+
+def _max_tokens(request: ModelRequest) -> int:
+    if request.max_tokens is not None:
+        return request.max_tokens
+    limit = request.options.get("output_limit")
+    return int(limit) if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_TOKENS
+
+
+def _with_mark(block: dict[str, Any], mark: CacheMark | None) -> dict[str, Any]:
+    return {**block, "cache_control": cache_control(mark)} if mark is not None else block
+
+
+def _system(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        entries: list[Entry] = []
+        for part in msg.parts:
+            if isinstance(part, Text) and part.text:
+                entries.append(({"type": "text", "text": part.text}, part.cache, True))
+            else:
+                entries.append((None, part.cache, True))
+        kept, _ = settle_marks(entries, msg.cache)
+        out.extend(_with_mark(block, mark) for block, mark in kept)
+    return out
+
+
+def _tool(tool: ToolSpec) -> dict[str, Any]:
+    block = {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+    return _with_mark(block, tool.cache)
+
+
+def _media(media: Media, *, assistant: bool) -> dict[str, Any]:
+    if assistant:
+        # Assistant turns take text, thinking and tool_use only.
+        return {"type": "text", "text": placeholder(media, "not allowed in assistant turns")}
+    kind = media_kind(media)
+    if kind == "image":
+        if media.url is not None:
+            return {"type": "image", "source": {"type": "url", "url": media.url}}
+        source = {"type": "base64", "media_type": media.mime.lower(), "data": media.data or ""}
+        return {"type": "image", "source": source}
+    doc: dict[str, Any] | None = None
+    if kind == "pdf":
+        if media.url is not None:
+            doc = {"type": "document", "source": {"type": "url", "url": media.url}}
+        else:
+            pdf = {"type": "base64", "media_type": "application/pdf", "data": media.data or ""}
+            doc = {"type": "document", "source": pdf}
+    elif kind == "text":
+        text = decode_text(media)
+        if text is not None:
+            source = {"type": "text", "media_type": "text/plain", "data": text}
+            doc = {"type": "document", "source": source}
+    if doc is None:
+        return {"type": "text", "text": placeholder(media, "type not supported by this API")}
+    if media.filename:
+        doc["title"] = media.filename
+    return doc
+
+
+def _result(result: ToolResult) -> tuple[dict[str, Any], CacheMark | None]:
+    """The ``tool_result`` block, and the mark of an inner part that had nowhere to go."""
+    entries: list[Entry] = []
+    for part in result.content:
+        if isinstance(part, Text):
+            text = {"type": "text", "text": part.text} if part.text else None
+            entries.append((text, part.cache, True))
+        else:
+            entries.append((_media(part, assistant=False), part.cache, True))
+    kept, leftover = settle_marks(entries, None)
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": sanitize_call_id(result.call_id)}
+    if kept:
+        block["content"] = [_with_mark(b, m) for b, m in kept]
+    block["is_error"] = result.is_error
+    return block, leftover
+
+
+def _message(msg: ModelMessage) -> dict[str, Any]:
+    assistant = msg.role == "assistant"
+    entries: list[Entry] = []
+    for part in msg.parts:
+        if isinstance(part, Text):
+            text = {"type": "text", "text": part.text} if not is_empty_text(part) else None
+            entries.append((text, part.cache, True))
+        elif isinstance(part, Media):
+            entries.append((_media(part, assistant=assistant), part.cache, True))
+        elif isinstance(part, Reasoning):
+            entries.append((_reasoning(part) if assistant else None, part.cache, False))
+        elif isinstance(part, ToolCall):
+            call = {
+                "type": "tool_use",
+                "id": sanitize_call_id(part.call_id),
+                "name": part.name,
+                "input": part.input,
+            }
+            entries.append((call, part.cache, True))
+        else:
+            block, leftover = _result(part)
+            # An inner mark with no inner block to sit on is carried by the result block.
+            entries.append((block, effective_mark(part.cache, leftover), True))
+    kept, _ = settle_marks(entries, msg.cache)
+    return {
+        "role": "assistant" if assistant else "user",
+        "content": [_with_mark(block, mark) for block, mark in kept],
+    }
+
+
+def _reasoning(part: Reasoning) -> dict[str, Any] | None:
+    if part.signature is not None:
+        return {"type": "thinking", "thinking": part.text, "signature": part.signature}
+    if part.encrypted is not None:
+        return {"type": "redacted_thinking", "data": part.encrypted}
+    return None
