@@ -1,0 +1,346 @@
+"""compile(policy, model) → Plan, as an ordered table of stages.
+
+Read top to bottom, the table is the compiler: apply the overrides whose condition holds
+for the model, evaluate every value that depends only on the model, choose the family
+prompt, resolve the system layers and the cache settings, and fix the order of the
+runtime stages. ``until=`` stops after a named stage (for tests and ``kilo-rules plan``).
+A compiled plan is cached per (policy revision, model, config).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .catalog import ModelInfo, bundled_catalog
+from .checks import resolve_file
+from .errors import Diagnostic, Location, PolicyError
+from .expr import CompiledExpr, model_values, order_definitions
+from .load import JsonPath
+from .plan import LayerPlan, Plan, PromptChoice, Value
+from .policy_exprs import PolicyExpressions, compile_policy_expressions, value_leaves
+from .resolve import ResolvedPolicy, resolve_policy
+
+#: The order in which ``Plan.apply`` runs its stages (DESIGN.md §2).
+RUNTIME_STAGES = (
+    "history",
+    "inject",
+    "lower",
+    "guards",
+    "system",
+    "cache",
+    "output",
+    "render",
+)
+
+CONFIG_NAMES = (
+    "config.output_token_max",
+    "config.compaction.auto",
+    "config.compaction.reserved",
+    "config.compaction.threshold_percent",
+    "config.compaction.prune",
+)
+
+
+@dataclass
+class _Build:
+    policy: ResolvedPolicy
+    model: ModelInfo
+    config: dict[str, Any]
+    exprs: PolicyExpressions | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    origin: dict[JsonPath, JsonPath] = field(default_factory=dict)
+    applied: list[str] = field(default_factory=list)
+    context: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Value] = field(default_factory=dict)
+    dynamic: list[tuple[str, CompiledExpr]] = field(default_factory=list)
+    prompt: PromptChoice | None = None
+    layers: list[LayerPlan] = field(default_factory=list)
+    cache: dict[str, Any] = field(default_factory=dict)
+    stages: tuple[str, ...] = ()
+
+    def source(self, path: JsonPath) -> JsonPath:
+        for cut in range(len(path), -1, -1):
+            if path[:cut] in self.origin:
+                return (*self.origin[path[:cut]], *path[cut:])
+        return path
+
+    def locate(self, path: JsonPath) -> Location:
+        return self.policy.locate(self.source(path))
+
+    def expr_at(self, path: JsonPath) -> CompiledExpr | None:
+        assert self.exprs is not None
+        return self.exprs.compiled.get(self.source(path))
+
+    def get(self, path: JsonPath, default: Any = None) -> Any:
+        node: Any = self.data
+        for p in path:
+            if isinstance(node, dict) and p in node:
+                node = node[p]
+            elif isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node):
+                node = node[p]
+            else:
+                return default
+        return node
+
+    def evaluate(self, path: JsonPath, what: str) -> Any:
+        """The value at ``path``, evaluating it when it is an expression (model-only)."""
+        raw = self.get(path)
+        compiled = self.expr_at(path)
+        if compiled is None:
+            return raw
+        dynamic = [n for n in compiled.names if n not in self.context]
+        if dynamic:
+            raise PolicyError(
+                Diagnostic(
+                    "plan.dynamic",
+                    f"{what} is decided once per model, but reads {dynamic[0]}",
+                    self.locate(path),
+                    hint="use only model.*, config.* and values that depend on them here",
+                )
+            )
+        return compiled(self.context)
+
+
+def _stage_expressions(b: _Build) -> None:
+    b.exprs = compile_policy_expressions(b.policy)
+    b.context = {**model_values(b.model), **{n: b.config.get(n) for n in CONFIG_NAMES}}
+
+
+def _merge_into(
+    b: _Build, target: dict[str, Any], over: dict[str, Any], path: JsonPath, src: JsonPath
+) -> None:
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(target.get(k), dict):
+            _merge_into(b, target[k], v, (*path, k), (*src, k))
+        else:
+            target[k] = copy.deepcopy(v)
+            b.origin[(*path, k)] = (*src, k)
+
+
+def _stage_overrides(b: _Build) -> None:
+    b.data = {k: copy.deepcopy(v) for k, v in b.policy.data.items() if k != "overrides"}
+    for i, ov in enumerate(b.policy.data.get("overrides") or []):
+        when = b.exprs.compiled.get(("overrides", i, "when")) if b.exprs else None
+        holds = bool(when(b.context)) if when is not None else bool(ov["when"])
+        if holds:
+            b.applied.append(ov.get("name") or f"overrides[{i}]")
+            _merge_into(b, b.data, ov["set"], (), ("overrides", i, "set"))
+
+
+def _stage_values(b: _Build) -> None:
+    leaves = {name: path for name, path, _ in value_leaves(b.data)}
+    defs = {n: c.expr for n, p in leaves.items() if (c := b.expr_at(p)) is not None}
+    ordered = order_definitions(defs)
+    order = ordered + [n for n in leaves if n not in defs]
+    dynamic_names: set[str] = set()
+    for name in order:
+        path = leaves[name]
+        compiled = b.expr_at(path)
+        loc = b.locate(path)
+        if compiled is None:
+            value = b.get(path)
+            b.values[name] = Value(name, value, loc, None, False)
+            b.context[name] = value
+            continue
+        reads_dynamic = any(
+            n in dynamic_names or not (n in b.context or n.startswith(("model.", "config.")))
+            for n in compiled.names
+        )
+        if reads_dynamic:
+            dynamic_names.add(name)
+            b.dynamic.append((name, compiled))
+            b.values[name] = Value(name, None, loc, compiled.text, True)
+            continue
+        value = compiled(b.context)
+        b.values[name] = Value(name, value, loc, compiled.text, False)
+        b.context[name] = value
+
+
+def _read_prompt(b: _Build, path: JsonPath, what: str) -> tuple[str, str]:
+    ref = b.get(path)
+    target = resolve_file(b.policy, b.source(path), ref)
+    try:
+        return str(target), target.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise PolicyError(
+            Diagnostic(
+                "policy.missing-file",
+                f"cannot read {what} {ref!r}: {exc.strerror}",
+                b.locate(path),
+            )
+        ) from None
+
+
+def _stage_prompt(b: _Build) -> None:
+    for i, rule in enumerate(b.get(("prompts", "rules")) or []):
+        rp: JsonPath = ("prompts", "rules", i)
+        if not b.evaluate((*rp, "when"), "a prompt rule"):
+            continue
+        file, text = _read_prompt(b, (*rp, "prompt"), "prompt")
+        for key in rule.get("replace") or {}:
+            value = b.evaluate((*rp, "replace", key), "a prompt placeholder")
+            text = text.replace("{{" + key + "}}", str(value))
+        name = rule.get("name") or f"rules[{i}]"
+        b.prompt = PromptChoice(name, file, b.locate((*rp, "when")), text)
+        return
+    if b.get(("prompts", "default")) is None:
+        b.prompt = PromptChoice(None, "", b.locate(("prompts",)), "")
+        return
+    file, text = _read_prompt(b, ("prompts", "default"), "default prompt")
+    b.prompt = PromptChoice("default", file, b.locate(("prompts", "default")), text)
+
+
+def _stage_system(b: _Build) -> None:
+    for i, layer in enumerate(b.get(("system", "layers")) or []):
+        lp: JsonPath = ("system", "layers", i)
+        when = b.expr_at((*lp, "when"))
+        cond: CompiledExpr | None = None
+        if when is not None:
+            if all(n in b.context for n in when.names):
+                if not when(b.context):
+                    continue
+            else:
+                cond = when
+        elif layer.get("when") is False:
+            continue
+        text: str | None = None
+        source = layer["source"]
+        if source == "file":
+            text = _read_prompt(b, (*lp, "path"), "layer file")[1]
+        elif source == "text":
+            text = layer.get("text") or ""
+        elif source == "soul":
+            path = (*lp, "path") if layer.get("path") else ("prompts", "soul")
+            text = _read_prompt(b, path, "soul")[1] if b.get(path) else ""
+        elif source == "family":
+            text = b.prompt.text if b.prompt else ""
+        b.layers.append(
+            LayerPlan(layer["id"], source, b.locate(lp), text, cond, layer.get("replaces"))
+        )
+
+
+def _stage_cache(b: _Build) -> None:
+    from .providers import PROVIDER_BREAKPOINT_LIMITS
+
+    rule = b.get(("cache", "rule")) or "none"
+    gate = (
+        b.evaluate(("cache", "when"), "cache.when")
+        if b.get(("cache", "when")) is not None
+        else True
+    )
+    provider_limit = PROVIDER_BREAKPOINT_LIMITS.get(b.model.api, 0)
+    policy_budget = b.values.get("cache.budget")
+    budget = provider_limit
+    if policy_budget is not None and isinstance(policy_budget.value, int):
+        budget = min(budget, policy_budget.value)
+    if b.model.cache.kind == "explicit" and b.model.cache.max_breakpoints:
+        budget = min(budget, b.model.cache.max_breakpoints)
+    placement = b.evaluate(("cache", "placement"), "cache.placement") or "last-part"
+    if placement not in ("message", "last-part"):
+        raise PolicyError(
+            Diagnostic(
+                "plan.value",
+                f"cache.placement must be 'message' or 'last-part', got {placement!r}",
+                b.locate(("cache", "placement")),
+            )
+        )
+    bp = b.get(("cache", "breakpoints")) or {}
+    b.cache = {
+        "rule": rule,
+        "enabled": bool(gate) and rule != "none",
+        "placement": placement,
+        "system_first": int(bp.get("system_first") or 0),
+        "non_system_last": int(bp.get("non_system_last") or 0),
+        "last_tool": bool(bp.get("last_tool")),
+        "last_system": bool(bp.get("last_system")),
+        "latest_user_message": bool(bp.get("latest_user_message")),
+        "budget": max(0, budget),
+        "provider_limit": provider_limit,
+        "ttl": b.get(("cache", "ttl")),
+        "skip_trailing_environment": bool(b.get(("cache", "skip_trailing_environment"))),
+        "respect_automatic": bool(b.get(("cache", "respect_automatic"))),
+    }
+
+
+def _stage_runtime(b: _Build) -> None:
+    b.stages = RUNTIME_STAGES
+
+
+STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
+    ("expressions", _stage_expressions),
+    ("overrides", _stage_overrides),
+    ("values", _stage_values),
+    ("prompt", _stage_prompt),
+    ("system", _stage_system),
+    ("cache", _stage_cache),
+    ("runtime", _stage_runtime),
+)
+
+
+def _revision(policy: ResolvedPolicy) -> str:
+    h = hashlib.sha256()
+    for doc in policy.chain:
+        h.update(doc.file.encode())
+        h.update(doc.text.encode())
+    return h.hexdigest()[:16]
+
+
+_CACHE: dict[tuple[str, str, str], Plan] = {}
+
+
+def compile_policy(
+    policy: ResolvedPolicy | str | Path,
+    model: ModelInfo | str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    until: str | None = None,
+) -> Plan:
+    """Compile ``policy`` for ``model`` into a :class:`Plan` (cached per revision).
+
+    ``policy`` is a resolved policy, a bundled name or a path; ``model`` a descriptor or a
+    catalog id. ``config`` supplies ``config.*`` names (e.g. ``config.output_token_max``).
+    """
+    names = [n for n, _ in STAGES]
+    if until is not None and until not in names:
+        raise ValueError(f"unknown stage {until!r}; stages: {', '.join(names)}")
+    resolved = policy if isinstance(policy, ResolvedPolicy) else resolve_policy(policy)
+    info = model if isinstance(model, ModelInfo) else bundled_catalog().get(model)
+    cfg = {k if k.startswith("config.") else f"config.{k}": v for k, v in (config or {}).items()}
+    key = (
+        _revision(resolved),
+        info.model_dump_json(),
+        json.dumps(cfg, sort_keys=True, default=str),
+    )
+    if until is None and key in _CACHE:
+        return _CACHE[key]
+    build = _Build(resolved, info, cfg)
+    for name, stage in STAGES:
+        stage(build)
+        if name == until:
+            break
+    plan = Plan(
+        policy=resolved.name,
+        policy_file=resolved.file,
+        revision=key[0],
+        model=info,
+        config=dict(cfg),
+        data=build.data,
+        overrides=tuple(build.applied),
+        values=dict(build.values),
+        dynamic=tuple(build.dynamic),
+        prompt=build.prompt,
+        layers=tuple(build.layers),
+        cache=dict(build.cache),
+        stages=build.stages,
+        static_context=dict(build.context),
+        _locate=build.locate,
+    )
+    if until is None:
+        _CACHE[key] = plan
+    return plan

@@ -1,0 +1,223 @@
+"""The Plan: a policy compiled for one model. Frozen, printable, serialisable.
+
+Everything that depends only on the model is decided here, with the location in the policy
+that decided it; what depends on the session is kept as compiled expressions evaluated per
+step. Each decision is also callable alone (``plan.value("budget.usable")``,
+``plan.prompt``, ``plan.cache_settings()``...), so a rule can be tested without a turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .catalog import ModelInfo
+from .errors import Location
+from .expr import CompiledExpr
+
+if TYPE_CHECKING:
+    from .runtime.apply import TurnResult
+    from .runtime.cache import CacheSettings
+    from .runtime.context import StepInput
+    from .session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """A policy value: decided at compile time (``dynamic`` false) or per step."""
+
+    name: str
+    value: Any
+    location: Location
+    expression: str | None
+    dynamic: bool
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value, "at": str(self.location)}
+        if self.expression is not None:
+            out["expression"] = self.expression
+        if self.dynamic:
+            out["dynamic"] = True
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PromptChoice:
+    """The family prompt the selection rules chose."""
+
+    rule: str | None
+    file: str
+    location: Location
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPlan:
+    """One system layer; ``condition`` is set when it must be decided per step."""
+
+    id: str
+    source: str
+    location: Location
+    text: str | None
+    condition: CompiledExpr | None = None
+    replaces: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled policy for one model."""
+
+    policy: str
+    policy_file: str
+    revision: str
+    model: ModelInfo
+    config: dict[str, Any]
+    data: dict[str, Any]
+    overrides: tuple[str, ...]
+    values: dict[str, Value]
+    dynamic: tuple[tuple[str, CompiledExpr], ...]
+    prompt: PromptChoice | None
+    layers: tuple[LayerPlan, ...]
+    cache: dict[str, Any]
+    stages: tuple[str, ...]
+    static_context: dict[str, Any] = field(repr=False)
+    _locate: Callable[[tuple[str | int, ...]], Location] = field(repr=False, compare=False)
+
+    # ------------------------------------------------------------------ single decisions
+
+    def setting(self, dotted: str, default: Any = None) -> Any:
+        """A plain setting of the effective policy, e.g. ``prune.protect_turns``."""
+        node: Any = self.data
+        for p in dotted.split("."):
+            if isinstance(node, dict) and p in node:
+                node = node[p]
+            else:
+                return default
+        return node
+
+    def locate(self, dotted: str) -> Location:
+        """Where a setting of the effective policy was written."""
+        return self._locate(tuple(dotted.split(".")))
+
+    def context(self, dynamic: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """An evaluation context: static values plus ``dynamic`` names, with every
+        per-step policy value evaluated in order."""
+        ctx = dict(self.static_context)
+        if dynamic:
+            ctx.update(dynamic)
+        for name, compiled in self.dynamic:
+            ctx[name] = compiled(ctx)
+        return ctx
+
+    def value(self, name: str, dynamic: Mapping[str, Any] | None = None) -> Any:
+        """A policy value by dotted name (``budget.usable``); per-step values need the
+        session/request names they read in ``dynamic``."""
+        v = self.values.get(name)
+        if v is None:
+            raise KeyError(name)
+        if not v.dynamic:
+            return v.value
+        return self.context(dynamic)[name]
+
+    def cache_settings(self, *, automatic_enabled: bool = False) -> CacheSettings:
+        """The cache-marker settings for this model."""
+        from .runtime.cache import CacheSettings
+
+        c = self.cache
+        return CacheSettings(
+            rule=c["rule"],
+            enabled=c["enabled"],
+            placement=c["placement"],
+            system_first=c["system_first"],
+            non_system_last=c["non_system_last"],
+            last_tool=c["last_tool"],
+            last_system=c["last_system"],
+            latest_user_message=c["latest_user_message"],
+            budget=c["budget"],
+            ttl=c["ttl"],
+            skip_trailing_environment=c["skip_trailing_environment"],
+            respect_automatic=c["respect_automatic"],
+            automatic_enabled=automatic_enabled,
+        )
+
+    def apply(self, session: Session, step: StepInput | None = None) -> TurnResult:
+        """Build the request for the next step of ``session`` (pure; see runtime.apply)."""
+        from .runtime.apply import apply_plan
+
+        return apply_plan(self, session, step)
+
+    # ------------------------------------------------------------------ output
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (stable field names)."""
+        return {
+            "policy": self.policy,
+            "policy_file": self.policy_file,
+            "revision": self.revision,
+            "model": self.model.model_dump(mode="json", exclude_none=True),
+            "config": self.config,
+            "overrides": list(self.overrides),
+            "values": {k: v.to_json() for k, v in self.values.items()},
+            "prompt": None
+            if self.prompt is None
+            else {
+                "rule": self.prompt.rule,
+                "file": self.prompt.file,
+                "at": str(self.prompt.location),
+                "chars": len(self.prompt.text),
+            },
+            "layers": [
+                {
+                    "id": layer.id,
+                    "source": layer.source,
+                    "at": str(layer.location),
+                    **({"when": layer.condition.text} if layer.condition else {}),
+                }
+                for layer in self.layers
+            ],
+            "cache": self.cache,
+            "stages": list(self.stages),
+        }
+
+    def describe(self) -> str:
+        """A readable summary: every value with its origin, the prompt, layers, cache."""
+        m = self.model
+        lines = [
+            f"plan: policy {self.policy} ({self.policy_file}) for {m.id}",
+            f"  model: {m.api} api, api id {m.api_id}, context {m.limits.context:,}"
+            + (f", input {m.limits.input:,}" if m.limits.input else "")
+            + f", output {m.limits.output:,}, cache {m.cache.kind}",
+            f"  overrides applied: {', '.join(self.overrides) or 'none'}",
+            "  values:",
+        ]
+        width = max((len(k) for k in self.values), default=0)
+        for name, v in self.values.items():
+            if isinstance(v.value, str) and "\n" in v.value:
+                shown = json.dumps(v.value)[:60]
+            else:
+                shown = "(per step)" if v.dynamic else json.dumps(v.value)
+            lines.append(f"    {name:<{width}} = {shown:<12}  {v.location}")
+        if self.prompt:
+            lines.append(
+                f"  family prompt: {self.prompt.rule} -> {self.prompt.file} "
+                f"({len(self.prompt.text)} chars, rule at {self.prompt.location})"
+            )
+        lines.append(
+            "  system layers: "
+            + ", ".join(
+                layer.id + (f" [when {layer.condition.text}]" if layer.condition else "")
+                for layer in self.layers
+            )
+        )
+        c = self.cache
+        lines.append(
+            f"  cache: rule {c['rule']}, {'on' if c['enabled'] else 'off'}, placement "
+            f"{c['placement']}, budget {c['budget']} (provider limit {c['provider_limit']})"
+        )
+        lines.append(f"  stages: {' -> '.join(self.stages)}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()

@@ -1,0 +1,542 @@
+"""``Plan.apply``: one step of one turn → the provider request, the decisions, the mutations.
+
+The stages run in Kilo's order (DESIGN.md §2): project history, inject per-turn content,
+lower parts, guards (payload bytes, overflow), system prompt, cache markers, output cap,
+render. The function is pure: the session is never changed; what should be persisted is
+returned as ``mutations``. Every stage records what it decided, with the policy location
+of the rule, in ``decisions`` (``schemas/decisions.v1.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..session import Message, Session, TokenUsage
+from .context import StepInput
+from .history import completed_compactions, project
+from .inject import InjectSettings, inject
+from .lower import LowerSettings, lower
+from .measure import measure, messages_json, payload_bytes
+from .messages import ModelMessage, ModelRequest, Text, ToolSpec
+from .output import CapSettings, cap_output
+from .prune import PruneSettings, apply_marks, prune
+from .system import InstructionSettings, assemble, layer_texts
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One entry of the decisions trace."""
+
+    stage: str
+    rule: str
+    at: str | None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    result: Any = None
+    severity: str = "info"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"stage": self.stage, "rule": self.rule, "at": self.at}
+        if self.inputs:
+            out["inputs"] = self.inputs
+        out["result"] = self.result
+        if self.severity != "info":
+            out["severity"] = self.severity
+        return out
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What one step produces."""
+
+    request: dict[str, Any]  # the provider's wire JSON
+    provider: str
+    decisions: list[Decision]
+    mutations: list[dict[str, Any]]
+    model_request: ModelRequest
+    compaction_needed: str | None = None  # "overflow" / "preflight" when Kilo would compact
+
+    @property
+    def warnings(self) -> list[Decision]:
+        """Decisions of severity warning."""
+        return [d for d in self.decisions if d.severity == "warning"]
+
+    def body(self) -> str:
+        """The request as the bytes sent over HTTP (compact JSON)."""
+        return json.dumps(self.request, ensure_ascii=False, separators=(",", ":"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "provider": self.provider,
+            "request": self.request,
+            "decisions": [d.to_json() for d in self.decisions],
+            "mutations": self.mutations,
+            "compaction_needed": self.compaction_needed,
+        }
+
+
+def usage_count(tokens: TokenUsage | None, fields: Sequence[str]) -> int:
+    """Kilo's overflow count: the listed usage fields, or the provider total if they sum
+    to 0 (``kilocode/session/overflow.ts@030412e:71-74``)."""
+    if tokens is None:
+        return 0
+    values = {
+        "input": tokens.input,
+        "output": tokens.output,
+        "reasoning": tokens.reasoning,
+        "cache_read": tokens.cache.read,
+        "cache_write": tokens.cache.write,
+    }
+    total = sum(values[f] for f in fields)
+    return total or (tokens.total or 0)
+
+
+def last_finished(messages: Sequence[Message]) -> Message | None:
+    """The last finished assistant message that is not a summary."""
+    for m in reversed(messages):
+        if m.role == "assistant" and m.finish is not None and not m.summary:
+            return m
+    return None
+
+
+class _Run:
+    """State of one apply call."""
+
+    def __init__(self, plan: Plan, session: Session, step: StepInput) -> None:
+        self.plan = plan
+        self.session = session
+        self.step = step
+        self.decisions: list[Decision] = []
+        self.mutations: list[dict[str, Any]] = []
+        from ..tokens import counter_for
+
+        spec = plan.setting("tokens.counter") or "estimate"
+        if spec == "model":
+            spec = plan.model.tokenizer
+        factor = float(plan.setting("tokens.safety_factor") or 1.0)
+        self.counter, warning = counter_for(spec, factor=factor)
+        if warning:
+            self.decide("lower", "tokens.counter", "tokens.counter", {}, warning, "warning")
+
+    def at(self, dotted: str) -> str | None:
+        try:
+            return str(self.plan.locate(dotted))
+        except Exception:  # noqa: BLE001 - a setting the policy does not write
+            return None
+
+    def decide(
+        self,
+        stage: str,
+        rule: str,
+        setting: str | None,
+        inputs: dict[str, Any],
+        result: Any,
+        severity: str = "info",
+    ) -> None:
+        at = self.at(setting) if setting else None
+        self.decisions.append(Decision(stage, rule, at, inputs, result, severity))
+
+    def setting(self, dotted: str, default: Any = None) -> Any:
+        v = self.plan.setting(dotted, default)
+        return default if v is None else v
+
+
+def _lower_settings(r: _Run, has_summary: bool) -> LowerSettings:
+    plan = r.plan
+    table = r.setting("lowering.media_in_tool_results", {}) or {}
+    media_ok = table.get(plan.model.provider, plan.model.media_in_tool_results)
+    return LowerSettings(
+        placeholder=r.setting("prune.placeholder", "[Old tool result content cleared]"),
+        compaction_request=r.setting("compaction.summary.request_text", "What did we do so far?"),
+        media_in_tool_results=bool(media_ok),
+        strip_historical_media=has_summary
+        and bool(r.setting("lowering.strip_media_after_summary")),
+        media_placeholder=r.setting("lowering.media_placeholder", "[Attached {mime}: {name}]"),
+        drop_errored_assistant=bool(r.setting("lowering.drop_errored_assistant", True)),
+    )
+
+
+def _build_messages(
+    r: _Run, messages: Sequence[Message]
+) -> tuple[list[ModelMessage], list[Message], bool, list[dict[str, Any]], list[dict[str, Any]]]:
+    view = project(messages)
+    has_summary = bool(completed_compactions(view)) or any(m.summary and m.finish for m in view)
+    inject_settings = InjectSettings(
+        dynamic_fields=tuple(r.setting("environment.dynamic", [])),
+        tag=r.setting("environment.tag", "environment_details"),
+        plan_mode=r.setting("reminders.plan_mode"),
+        build_switch=r.setting("reminders.build_switch"),
+        interjection=r.setting("reminders.interjection"),
+    )
+    view, muts, ds = inject(view, r.step, inject_settings)
+    lowered = lower(view, _lower_settings(r, has_summary))
+    return lowered, view, has_summary, muts, ds
+
+
+def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> TurnResult:
+    """Run every stage of ``plan`` for the next step of ``session``."""
+    step = step or StepInput()
+    r = _Run(plan, session, step)
+    now = max((m.created for m in session.messages), default=0) or int(time.time() * 1000)
+
+    # 1-3. history, injection, lowering
+    messages = list(session.messages)
+    lowered, view, has_summary, env_muts, inject_ds = _build_messages(r, messages)
+    r.decide(
+        "history",
+        "project",
+        None,
+        {"messages": len(messages)},
+        {"visible": len(view), "summary": has_summary},
+    )
+    r.mutations.extend(env_muts)
+    for d in inject_ds:
+        r.decide("inject", str(d.pop("rule")), "environment.dynamic", {}, d)
+
+    # 4. guards: payload bytes
+    max_bytes = int(plan.static_context.get("payload.max_bytes") or 0)
+    size = payload_bytes(lowered)
+    if max_bytes and size > max_bytes:
+        action = r.setting("payload.on_exceed", "prune-once")
+        decided = {"bytes": size, "limit": max_bytes}
+        if action == "error":
+            from ..errors import ContextOverflowError, Diagnostic, Location
+
+            raise ContextOverflowError(
+                Diagnostic(
+                    "runtime.payload",
+                    f"request messages are {size:,} bytes, over the limit of {max_bytes:,}",
+                    Location(plan.policy_file, 1, 1),
+                )
+            )
+        if action == "prune-once":
+            early = plan.context(_dynamic_names(r, view, lowered, size))
+            result = prune(messages, _prune_settings(r, early), r.counter.count, "payload-limit")
+            saving = _saving(messages, set(result.parts), r)
+            if not result.applied or saving <= 0:
+                r.decide(
+                    "guards",
+                    "payload-limit",
+                    "payload.max_bytes",
+                    decided,
+                    {"pruned": 0, "why": "pruning cannot help", "notes": result.notes},
+                    "warning",
+                )
+            else:
+                marks = {pid: now for pid in result.parts}
+                messages = apply_marks(messages, marks)
+                r.mutations.extend(result.mutations(now))
+                lowered, view, has_summary, env_muts, _ = _build_messages(r, messages)
+                size2 = payload_bytes(lowered)
+                r.decide(
+                    "guards",
+                    "payload-limit",
+                    "payload.max_bytes",
+                    decided,
+                    {"pruned_parts": len(result.parts), "bytes_after": size2},
+                    "warning" if size2 > max_bytes else "info",
+                )
+        else:
+            r.decide(
+                "guards", "payload-limit", "payload.max_bytes", decided, "sent anyway", "warning"
+            )
+
+    # 4b. guards: overflow on the last finished assistant, preflight estimate
+    tools = tuple(ToolSpec(t.name, t.description, dict(t.input_schema)) for t in session.tools)
+    dynamic = _dynamic_names(r, view, lowered, size)
+    ctx = plan.context(dynamic)
+    compaction_needed = _overflow(r, view, lowered, tools, ctx)
+
+    # 5. system prompt
+    system_blocks = _system(r, view, ctx)
+    system_msgs = [ModelMessage("system", (Text(b),)) for b in system_blocks]
+    conversation = list(lowered)
+    if (
+        step.max_steps is not None
+        and step.step >= step.max_steps
+        and r.setting("reminders.max_steps")
+    ):
+        role = r.setting("reminders.max_steps_role", "assistant")
+        conversation.append(ModelMessage(role, (Text(r.setting("reminders.max_steps")),)))
+        r.decide(
+            "inject",
+            "max_steps",
+            "reminders.max_steps",
+            {"step": step.step, "max_steps": step.max_steps},
+            role,
+        )
+
+    # 7. output cap (measured on the whole message list, system included)
+    all_msgs = [*system_msgs, *conversation]
+    configured = _configured_output(r, ctx)
+    m = measure(
+        all_msgs,
+        tools,
+        factor=float(r.setting("tokens.preflight_factor", 1.3)),
+        counter=r.counter.count,
+    )
+    last = last_finished(view)
+    reported = usage_count(last.tokens, _count_fields(r)) if last else None
+    cap = cap_output(
+        configured,
+        context=plan.model.limits.context,
+        normalized=m.normalized,
+        media=m.media,
+        reported=reported or None,
+        settings=CapSettings(
+            enabled=bool(r.setting("output.cap.enabled", True)),
+            safety=int(r.setting("output.cap.safety", 2048)),
+            minimum=int(r.setting("output.cap.minimum", 1024)),
+            media_reserve=int(r.setting("output.cap.media_reserve", 2048)),
+        ),
+    )
+    r.decide(
+        "output",
+        f"cap.{cap.rule}",
+        "output.cap",
+        {
+            "configured": configured,
+            "context": plan.model.limits.context,
+            "normalized": m.normalized,
+            "media": m.media,
+            "reported": reported,
+        },
+        cap.value,
+    )
+
+    # 6. cache markers
+    from .cache import place_markers
+
+    request = ModelRequest(
+        model=plan.model.api_id,
+        messages=tuple(all_msgs),
+        tools=tools,
+        max_tokens=cap.value,
+        options={"output_limit": plan.model.limits.output or None, **step.options},
+    )
+    request, cache_ds = place_markers(
+        request, plan.cache_settings(automatic_enabled=step.automatic_caching)
+    )
+    for d in cache_ds:
+        r.decide("cache", str(d.get("rule", d.get("decision", "marker"))), "cache.rule", {}, d)
+
+    # 8. render
+    from ..providers import render
+
+    provider = step.provider or plan.model.api
+    body = render(request, provider)
+    r.decide(
+        "render",
+        provider,
+        None,
+        {"messages": len(request.messages)},
+        {"bytes": len(json.dumps(body, separators=(",", ":")))},
+    )
+    return TurnResult(body, provider, r.decisions, r.mutations, request, compaction_needed)
+
+
+def _count_fields(r: _Run) -> list[str]:
+    return list(
+        r.setting("overflow.count", ["input", "output", "reasoning", "cache_read", "cache_write"])
+    )
+
+
+def _prune_settings(r: _Run, ctx: dict[str, Any]) -> PruneSettings:
+    def num(name: str, default: int) -> int:
+        v = ctx.get(name)
+        return default if v is None else int(v)
+
+    return PruneSettings(
+        enabled=bool(r.setting("prune.enabled", True)),
+        normal=bool(r.setting("prune.reasons.normal", False)),
+        post_compaction=bool(r.setting("prune.reasons.post_compaction", True)),
+        payload_limit=bool(r.setting("prune.reasons.payload_limit", True)),
+        protect_turns=int(r.setting("prune.protect_turns", 2)),
+        protect_tokens=num("prune.protect_tokens", 40_000),
+        minimum_tokens=num("prune.minimum_tokens", 20_000),
+        protected_tools=tuple(r.setting("prune.protected_tools", ["skill"])),
+    )
+
+
+def _saving(messages: Sequence[Message], parts: set[str], r: _Run) -> int:
+    from ..session import ToolPart
+
+    placeholder = len(r.setting("prune.placeholder", "").encode())
+    saved = 0
+    for msg in messages:
+        for p in msg.parts:
+            if isinstance(p, ToolPart) and p.id in parts:
+                saved += len(p.output.encode("utf-8", "surrogatepass")) - placeholder
+    return saved
+
+
+def _dynamic_names(
+    r: _Run, view: Sequence[Message], lowered: Sequence[ModelMessage], size: int
+) -> dict[str, Any]:
+    from .history import turns
+
+    last = last_finished(view)
+    t = last.tokens if last else None
+    step = r.step
+    last_user = max((i for i, m in enumerate(lowered) if m.role == "user"), default=-1)
+    return {
+        "session.turns": len(turns(r.session.messages)),
+        "session.messages": len(r.session.messages),
+        "session.compactions": len(completed_compactions(r.session.messages)),
+        "session.has_summary": any(m.summary and m.finish for m in r.session.messages),
+        "session.last.input": t.input if t else 0,
+        "session.last.output": t.output if t else 0,
+        "session.last.reasoning": t.reasoning if t else 0,
+        "session.last.cache_read": t.cache.read if t else 0,
+        "session.last.cache_write": t.cache.write if t else 0,
+        "session.last.total": (t.total or 0) if t else 0,
+        "session.last.count": usage_count(t, _count_fields(r)),
+        "request.estimated_tokens": r.counter.count(messages_json(lowered)),
+        "request.bytes": size,
+        "request.media": sum(1 for m in lowered for p in m.parts if p.kind == "media"),
+        "request.mid_tool_loop": any(m.role == "tool" for m in lowered[last_user + 1 :]),
+        "request.step": step.step,
+        "request.max_steps": step.max_steps,
+        "agent.name": step.agent.name,
+        "agent.has_prompt": bool(step.agent.prompt),
+        "agent.skills_enabled": step.agent.skills_enabled,
+        "agent.task_enabled": step.agent.task_enabled,
+        "env.platform": step.workspace.platform,
+        "env.cwd": step.workspace.cwd,
+    }
+
+
+def _configured_output(r: _Run, ctx: dict[str, Any]) -> int | None:
+    send = ctx.get("output.send", True)
+    if send is False:
+        r.decide("output", "send", "output.send", {}, "no cap is sent")
+        return None
+    value = ctx.get("output.configured")
+    return int(value) if value is not None else None
+
+
+def _overflow(
+    r: _Run,
+    view: Sequence[Message],
+    lowered: Sequence[ModelMessage],
+    tools: Sequence[ToolSpec],
+    ctx: dict[str, Any],
+) -> str | None:
+    plan = r.plan
+    if not r.setting("overflow.auto", True) or not r.setting("compaction.auto", True):
+        return None
+    if plan.model.limits.context == 0:
+        return None
+    limit = ctx.get("overflow.limit", ctx.get("budget.usable"))
+    if limit is None:
+        return None
+    last = last_finished(view)
+    if last is not None:
+        count = usage_count(last.tokens, _count_fields(r))
+        cmp = r.setting("overflow.comparison", ">=")
+        over = count >= limit if cmp == ">=" else count > limit
+        r.decide(
+            "guards",
+            "overflow",
+            "overflow.limit",
+            {"count": count, "limit": limit, "comparison": cmp, "message": last.id},
+            over,
+        )
+        if over:
+            return "overflow"
+    if ctx.get("overflow.preflight.enabled"):
+        m = measure(
+            lowered,
+            tools,
+            factor=float(r.setting("tokens.preflight_factor", 1.3)),
+            counter=r.counter.count,
+        )
+        if m.continuation and r.setting("overflow.preflight.skip_mid_tool_loop", True):
+            r.decide(
+                "guards",
+                "preflight",
+                "overflow.preflight.enabled",
+                {"normalized": m.normalized, "limit": limit},
+                "skipped: mid tool loop",
+            )
+            return None
+        over = m.normalized >= limit
+        r.decide(
+            "guards",
+            "preflight",
+            "overflow.preflight.enabled",
+            {"normalized": m.normalized, "limit": limit},
+            over,
+        )
+        if over:
+            return "preflight"
+    return None
+
+
+def _system(r: _Run, view: Sequence[Message], ctx: dict[str, Any]) -> list[str]:
+    plan = r.plan
+    ins = r.setting("system.instructions", {}) or {}
+    settings = InstructionSettings(
+        global_files=tuple(ins.get("global_files") or ()),
+        project_files=tuple(ins.get("project_files") or ()),
+        globs=tuple(ins.get("globs") or ()),
+        urls=tuple(ins.get("urls") or ()),
+        url_timeout=float(ins.get("url_timeout_seconds") or 5.0),
+        url_max_bytes=int(ins.get("url_max_bytes") or 262_144),
+        on_demand=bool(ins.get("on_demand")),
+    )
+    last_user = next((m for m in reversed(view) if m.role == "user"), None)
+    texts: list[tuple[str, str]] = []
+    replaced: set[str] = set()
+    produced = list(
+        layer_texts(
+            plan.layers,
+            r.step,
+            ctx,
+            env_fields=tuple(r.setting("environment.static", [])),
+            instructions=settings,
+            user_system=last_user.system if last_user else None,
+        )
+    )
+    for layer, text, _ in produced:
+        if layer.replaces and text.strip():
+            replaced.add(layer.replaces)
+    for layer, text, ds in produced:
+        for d in ds:
+            warn = "warning" in d
+            r.decide(
+                "system",
+                str(d.pop("rule")),
+                "system.instructions",
+                {},
+                d,
+                "warning" if warn else "info",
+            )
+        if layer.id in replaced:
+            continue
+        texts.append((layer.id, text))
+    blocks = assemble(
+        texts,
+        blocks=int(r.setting("system.blocks", 1)),
+        collapse=r.setting("system.collapse", "header-rest"),
+        separator=r.setting("system.separator", "\n"),
+    )
+    r.decide(
+        "system",
+        "layers",
+        "system.layers",
+        {"layers": [i for i, t in texts if t.strip()]},
+        {
+            "blocks": len(blocks),
+            "chars": [len(b) for b in blocks],
+            "family_prompt": plan.prompt.rule if plan.prompt else None,
+        },
+    )
+    return blocks

@@ -1,0 +1,209 @@
+"""System prompt assembly (spec §9): layers in the policy's order, collapsed into blocks.
+
+Instruction files are discovered as Kilo does: the first global file that exists; in the
+project, the nearest file of the first name found walking up from the working directory
+(ancestors are not stacked); configured globs; http(s) URLs fetched with a timeout and a
+size cap, where a failure leaves the layer empty and records a warning.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..plan import LayerPlan
+from .context import StepInput, Workspace
+
+SKILLS_INTRO = (
+    "Skills provide specialised instructions for particular tasks.\n"
+    "Load a skill with the skill tool when the task matches its description."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class InstructionSettings:
+    """Instruction discovery knobs (``system.instructions``)."""
+
+    global_files: tuple[str, ...] = ()
+    project_files: tuple[str, ...] = ()
+    globs: tuple[str, ...] = ()
+    urls: tuple[str, ...] = ()
+    url_timeout: float = 5.0
+    url_max_bytes: int = 262_144
+    on_demand: bool = False
+
+
+def _expand(path: str, ws: Workspace) -> Path:
+    if path.startswith("~"):
+        home = Path(ws.home) if ws.home else Path.home()
+        return home / path[2:] if path.startswith("~/") else home
+    return Path(path)
+
+
+def find_up(name: str, start: Path, stop: Path | None) -> Path | None:
+    """The nearest ``name`` in ``start`` or its ancestors, not above ``stop``."""
+    current = start.resolve()
+    limit = stop.resolve() if stop else None
+    while True:
+        candidate = current / name
+        if candidate.is_file():
+            return candidate
+        if current == limit or current.parent == current:
+            return None
+        current = current.parent
+
+
+def instruction_files(settings: InstructionSettings, ws: Workspace) -> list[Path]:
+    """Local instruction files, in the order they are sent."""
+    found: list[Path] = []
+    for g in settings.global_files:
+        p = _expand(g, ws)
+        if p.is_file():
+            found.append(p)
+            break
+    cwd = Path(ws.cwd)
+    root = Path(ws.root) if ws.root else None
+    for name in settings.project_files:
+        hit = find_up(name, cwd, root)
+        if hit is not None:
+            found.append(hit)
+            break
+    for pattern in settings.globs:
+        base = pattern if Path(pattern).is_absolute() else str(cwd / pattern)
+        found.extend(Path(m) for m in sorted(glob.glob(str(_expand(base, ws)), recursive=True)))
+    unique: dict[Path, None] = {}
+    for p in found:
+        unique.setdefault(p.resolve(), None)
+    return list(unique)
+
+
+def fetch_url(url: str, timeout: float, max_bytes: int) -> str:
+    """GET an instruction URL with httpx: http(s) only, a timeout, a size cap."""
+    import httpx
+
+    if not url.startswith(("http://", "https://")):
+        raise ValueError("only http(s) URLs are fetched")
+    with (
+        httpx.Client(timeout=timeout, follow_redirects=True) as client,
+        client.stream("GET", url) as resp,
+    ):
+        resp.raise_for_status()
+        chunks = []
+        size = 0
+        for chunk in resp.iter_bytes():
+            size += len(chunk)
+            if size > max_bytes:
+                raise ValueError(f"larger than {max_bytes} bytes")
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def instructions_text(
+    settings: InstructionSettings, step: StepInput
+) -> tuple[str, list[str], list[dict[str, Any]]]:
+    """(layer text, loaded paths, decisions) of the instruction layer."""
+    parts: list[str] = []
+    loaded: list[str] = []
+    decisions: list[dict[str, Any]] = []
+    for path in instruction_files(settings, step.workspace):
+        try:
+            parts.append(f"Instructions from: {path}\n{path.read_text(encoding='utf-8')}")
+            loaded.append(str(path))
+        except (OSError, UnicodeDecodeError) as exc:
+            decisions.append({"rule": "instructions.file", "warning": f"{path}: {exc}"})
+    fetch = step.fetch or fetch_url
+    for url in settings.urls:
+        try:
+            text = fetch(url, settings.url_timeout, settings.url_max_bytes)
+        except Exception as exc:  # noqa: BLE001 - any fetch failure becomes a warning
+            decisions.append({"rule": "instructions.url", "url": url, "warning": str(exc)})
+            continue
+        parts.append(f"Instructions from: {url}\n{text}")
+        loaded.append(url)
+    if loaded:
+        decisions.append({"rule": "instructions", "loaded": loaded})
+    return "\n".join(parts), loaded, decisions
+
+
+def skills_text(step: StepInput) -> str:
+    """The skills list: intro lines plus every described skill, sorted by name."""
+    if not step.agent.skills_enabled:
+        return ""
+    described = sorted((s for s in step.agent.skills if s.description), key=lambda s: s.name)
+    if not described:
+        return ""
+    lines = [SKILLS_INTRO, "<available_skills>"]
+    lines.extend(f"- {s.name}: {s.description}" for s in described)
+    lines.append("</available_skills>")
+    return "\n".join(lines)
+
+
+def static_environment(fields: Sequence[str], ws: Workspace) -> str:
+    """The static environment block of the system prompt."""
+    lines = []
+    for f in fields:
+        if f == "working_directory":
+            lines.append(f"  Working directory: {ws.cwd}")
+        elif f == "workspace_root":
+            lines.append(f"  Workspace root: {ws.root or ws.cwd}")
+        elif f == "is_git_repo":
+            lines.append(f"  Is directory a git repo: {'yes' if ws.is_git_repo else 'no'}")
+        elif f == "platform":
+            lines.append(f"  Platform: {ws.platform}")
+        elif f == "shell" and ws.shell:
+            lines.append(f"  Shell: {ws.shell}")
+    if not lines:
+        return ""
+    body = "\n".join(lines)
+    return f"Here is some useful information about the environment you are running in:\n<env>\n{body}\n</env>"
+
+
+def layer_texts(
+    layers: Sequence[LayerPlan],
+    step: StepInput,
+    context: dict[str, Any],
+    *,
+    env_fields: Sequence[str],
+    instructions: InstructionSettings,
+    user_system: str | None,
+) -> Iterator[tuple[LayerPlan, str, list[dict[str, Any]]]]:
+    """(layer, text, decisions) for every layer whose condition holds."""
+    for layer in layers:
+        if layer.condition is not None and not layer.condition(context):
+            continue
+        decisions: list[dict[str, Any]] = []
+        if layer.source in ("file", "text", "soul", "family"):
+            text = layer.text or ""
+        elif layer.source == "agent":
+            text = step.agent.prompt or ""
+        elif layer.source == "environment":
+            text = static_environment(env_fields, step.workspace)
+        elif layer.source == "instructions":
+            text, _, decisions = instructions_text(instructions, step)
+        elif layer.source == "skills":
+            text = skills_text(step)
+        elif layer.source == "user":
+            text = user_system or ""
+        else:  # pragma: no cover - the schema admits no other source
+            text = ""
+        yield layer, text, decisions
+
+
+def assemble(
+    texts: Sequence[tuple[str, str]], *, blocks: int, collapse: str, separator: str
+) -> list[str]:
+    """Join the (layer id, text) pairs into system blocks; empty texts are dropped.
+
+    One block by default (Kilo). With ``blocks: k`` and ``header-rest``, the first k−1
+    layers keep their own blocks and the rest are joined into the last one."""
+    nonempty = [t for _, t in texts if t.strip()]
+    if not nonempty:
+        return []
+    if blocks <= 1 or collapse == "join":
+        return [separator.join(nonempty)]
+    head = nonempty[: blocks - 1]
+    rest = nonempty[blocks - 1 :]
+    return head + ([separator.join(rest)] if rest else [])
