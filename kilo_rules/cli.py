@@ -9,10 +9,15 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from . import __version__
 from .errors import Diagnostic, KiloRulesError, Location, render_github, render_json, render_text
+
+if TYPE_CHECKING:
+    from .catalog import ModelInfo
+    from .runtime.context import StepInput
+    from .session import Session
 
 EXIT_OK, EXIT_DIAGNOSTICS, EXIT_USAGE = 0, 1, 2
 
@@ -100,25 +105,128 @@ def cmd_models(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _model(ref: str) -> ModelInfo:
+    """A catalog id, or a YAML/JSON file describing a model inline."""
+    from .catalog import bundled_catalog, model_from_data
+
+    path = Path(ref)
+    if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+        from .load import load_yaml_file
+
+        doc = load_yaml_file(path)
+        return model_from_data(doc.data, file=str(path))
+    return bundled_catalog().get(ref)
+
+
+def _config(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--config expects key=value, got {pair!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _session(ref: str, run: int | None) -> Session:
+    """A Session v1 file, or a recorded agent log that the importers recognise."""
+    from .session import load_session
+
+    text = Path(ref).read_text(encoding="utf-8")
+    head = text[:4000]
+    if text.lstrip().startswith("{") and '"version"' in head and '"messages"' in head:
+        return load_session(ref)
+    from .importers import import_file
+
+    return import_file(ref, run=run)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Print the compiled plan of a policy for one model."""
+    from .compile import compile_policy
+
+    plan = compile_policy(args.policy, _model(args.model), config=_config(args.config))
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print(plan.describe())
+    return EXIT_OK
+
+
+def _step(args: argparse.Namespace) -> StepInput:
+    from .runtime.context import Agent, StepInput, Workspace
+
+    return StepInput(
+        agent=Agent(name=args.agent),
+        workspace=Workspace(cwd=str(Path(args.cwd).resolve())),
+        step=args.step,
+        max_steps=args.max_steps,
+        provider=args.provider,
+    )
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """Build the request of the next step of a session."""
+    from .compile import compile_policy
+    from .explain import explain_turn
+
+    plan = compile_policy(args.policy, _model(args.model), config=_config(args.config))
+    result = plan.apply(_session(args.session, args.run), _step(args))
+    if args.explain and args.json:
+        print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+    elif args.explain:
+        print(explain_turn(result))
+    elif args.json:
+        print(json.dumps(result.request, indent=2, ensure_ascii=False))
+    else:
+        print(result.body())
+    return EXIT_OK
+
+
+DEMO_SESSION = Path("examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job on the bundled default: check the bundled policies, then show what
-    kilo-default compiles to."""
+    """The main job on the bundled default: check the bundled policies, compile
+    kilo-default, build a request for a recorded session and explain every decision."""
     from .check import check_paths
+    from .compile import compile_policy
+    from .explain import explain_turn
     from .load import resource_root
 
-    root = str(resource_root())
-    report = check_paths([root])
+    report = check_paths([str(resource_root())])
     _print_diagnostics(report.diagnostics, "text", report.sources, sys.stdout)
     print(
-        f"bundled policies and catalog: {len(report.files)} file(s), {len(report.errors)} error(s)"
+        f"== check: bundled policies and catalog: {len(report.files)} file(s), "
+        f"{len(report.errors)} error(s)"
     )
     if report.exit_code:
         return report.exit_code
-    from .summary import policy_summary
-
-    print()
-    print(policy_summary("kilo-default", args.model))
+    plan = compile_policy("kilo-default", _model(args.model))
+    print("\n== plan")
+    print(plan.describe())
+    session_ref = args.session or str(DEMO_SESSION)
+    if not Path(session_ref).is_file():
+        print(f"\n(no example session at {session_ref}; pass --session FILE)")
+        return EXIT_OK
+    session = _session(session_ref, None)
+    print(f"\n== build: next step of {session_ref} ({len(session.messages)} messages)")
+    result = plan.apply(session, _step(args))
+    print(explain_turn(result))
     return EXIT_OK
+
+
+def _add_build_args(p: argparse.ArgumentParser) -> None:
+    apis = ["anthropic", "openai", "bedrock", "gemini", "openai-compatible"]
+    p.add_argument("--provider", choices=apis, help="wire format (default: the model's)")
+    p.add_argument("--agent", default="code", help="agent (mode) name")
+    p.add_argument("--cwd", default=".", help="working directory of the agent")
+    p.add_argument("--step", type=int, default=1, help="step number in the turn")
+    p.add_argument("--max-steps", type=int, default=None, help="the agent's step limit")
+    p.add_argument("--run", type=int, default=None, help="run number in multi-run logs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,8 +254,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_models)
 
-    p = sub.add_parser("demo", help="check the bundled policies and summarise kilo-default")
+    p = sub.add_parser("plan", help="print the compiled plan of a policy for one model")
+    p.add_argument("--policy", default="kilo-default", help="bundled name or path")
+    p.add_argument("--model", required=True, help="catalog id or a model file")
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config.* values, e.g. output_token_max=8000",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("build", help="build the request for the next step of a session")
+    p.add_argument("--policy", default="kilo-default", help="bundled name or path")
+    p.add_argument("--model", required=True, help="catalog id or a model file")
+    p.add_argument("--session", required=True, help="Session v1 JSON or a recorded log")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--explain", action="store_true", help="show the decisions")
+    p.add_argument("--json", action="store_true", help="pretty JSON (with --explain: all)")
+    _add_build_args(p)
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("demo", help="check, compile and build on the bundled default")
     p.add_argument("--model", default="anthropic/claude-sonnet-4-5")
+    p.add_argument("--session", default=None, help="session to build for")
+    _add_build_args(p)
     p.set_defaults(func=cmd_demo)
 
     import importlib
@@ -178,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KiloRulesError as exc:
         print(render_text(exc.diagnostics), file=sys.stderr)
         return EXIT_DIAGNOSTICS
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         print(f"kilo-rules: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:  # pragma: no cover

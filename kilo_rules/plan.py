@@ -24,6 +24,19 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+def _rel_file(file: str) -> str:
+    from pathlib import Path
+
+    try:
+        return str(Path(file).resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return file
+
+
+def _rel(loc: Location) -> str:
+    return f"{_rel_file(loc.file)}:{loc.line}:{loc.col}"
+
+
 @dataclass(frozen=True, slots=True)
 class Value:
     """A policy value: decided at compile time (``dynamic`` false) or per step."""
@@ -185,7 +198,7 @@ class Plan:
         """A readable summary: every value with its origin, the prompt, layers, cache."""
         m = self.model
         lines = [
-            f"plan: policy {self.policy} ({self.policy_file}) for {m.id}",
+            f"plan: policy {self.policy} ({_rel_file(self.policy_file)}) for {m.id}",
             f"  model: {m.api} api, api id {m.api_id}, context {m.limits.context:,}"
             + (f", input {m.limits.input:,}" if m.limits.input else "")
             + f", output {m.limits.output:,}, cache {m.cache.kind}",
@@ -193,16 +206,18 @@ class Plan:
             "  values:",
         ]
         width = max((len(k) for k in self.values), default=0)
-        for name, v in self.values.items():
+        by_place = sorted(self.values.values(), key=lambda v: (v.location.file, v.location.line))
+        for v in by_place:
+            name = v.name
             if isinstance(v.value, str) and "\n" in v.value:
                 shown = json.dumps(v.value)[:60]
             else:
                 shown = "(per step)" if v.dynamic else json.dumps(v.value)
-            lines.append(f"    {name:<{width}} = {shown:<12}  {v.location}")
+            lines.append(f"    {name:<{width}} = {shown:<12}  {_rel(v.location)}")
         if self.prompt:
             lines.append(
-                f"  family prompt: {self.prompt.rule} -> {self.prompt.file} "
-                f"({len(self.prompt.text)} chars, rule at {self.prompt.location})"
+                f"  family prompt: {self.prompt.rule} -> {_rel_file(self.prompt.file)} "
+                f"({len(self.prompt.text)} chars, rule at {_rel(self.prompt.location)})"
             )
         lines.append(
             "  system layers: "
