@@ -137,7 +137,7 @@ def _stage_values(b: _Build) -> None:
     leaves = {name: path for name, path, _ in value_leaves(b.data)}
     defs = {n: c.expr for n, p in leaves.items() if (c := b.expr_at(p)) is not None}
     ordered = order_definitions(defs)
-    order = ordered + [n for n in leaves if n not in defs]
+    order = [n for n in leaves if n not in defs] + ordered
     dynamic_names: set[str] = set()
     for name in order:
         path = leaves[name]
