@@ -1,0 +1,184 @@
+"""Rendered bodies validate against the official SDK request types and the documented shapes.
+
+The SDK request types are TypedDicts. Pydantic ignores unknown keys in them and reads
+``Iterable`` fields lazily, so :func:`strict_validator` rewrites the core schema to forbid
+extra keys and to read iterables as lists. That makes a misspelled key a failure, which
+is the point of the check.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pydantic_core
+import pytest
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+from provider_samples import sample_request
+from pydantic import TypeAdapter
+
+from kilo_rules.providers import render
+from kilo_rules.runtime.cache import CacheSettings, place_markers
+from kilo_rules.runtime.messages import ModelRequest
+
+SCHEMAS = Path(__file__).parent / "schemas"
+CACHE_CONTROL = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["type"],
+    "properties": {"type": {"const": "ephemeral"}, "ttl": {"enum": ["5m", "1h"]}},
+}
+
+
+def _tighten(node: Any) -> None:
+    if isinstance(node, dict):
+        if node.get("type") == "generator":
+            node["type"] = "list"
+        if node.get("type") in ("typed-dict", "model-fields"):
+            node["extra_behavior"] = "forbid"
+        if node.get("type") == "model" and isinstance(node.get("config"), dict):
+            node["config"]["extra_fields_behavior"] = "forbid"
+        for value in node.values():
+            _tighten(value)
+    elif isinstance(node, list):
+        for value in node:
+            _tighten(value)
+
+
+@cache
+def strict_validator(name: str) -> pydantic_core.SchemaValidator:
+    """A validator for the SDK request type that rejects unknown keys."""
+    kind = {
+        "anthropic": MessageCreateParamsNonStreaming,
+        "openai": CompletionCreateParamsNonStreaming,
+    }
+    schema = copy.deepcopy(TypeAdapter(kind[name]).core_schema)
+    _tighten(schema)
+    return pydantic_core.SchemaValidator(schema)
+
+
+@cache
+def schema_validator(name: str) -> jsonschema.protocols.Validator:
+    schema = json.loads((SCHEMAS / name).read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def strip_extension(body: Any, reasoning_field: str | None = None) -> Any:
+    """The OpenAI-compatible body minus its extensions, each checked on the way out."""
+    if isinstance(body, list):
+        return [strip_extension(v, reasoning_field) for v in body]
+    if not isinstance(body, dict):
+        return body
+    out = {}
+    for key, value in body.items():
+        if key == "cache_control":
+            jsonschema.validate(value, CACHE_CONTROL)
+        elif key == reasoning_field:
+            assert isinstance(value, str)
+        else:
+            out[key] = strip_extension(value, reasoning_field)
+    return out
+
+
+def check(body: dict[str, Any], api: str) -> None:
+    """Raise if ``body`` is not a valid request for ``api``."""
+    if api == "anthropic":
+        strict_validator("anthropic").validate_python(body)
+    elif api == "openai":
+        strict_validator("openai").validate_python(body)
+    elif api == "openai-compatible":
+        strict_validator("openai").validate_python(strip_extension(body, "reasoning_content"))
+    elif api == "bedrock":
+        schema_validator("bedrock-converse.request.json").validate(body)
+    else:
+        schema_validator("gemini-generate-content.request.json").validate(body)
+
+
+def marked(request: ModelRequest, **settings: Any) -> ModelRequest:
+    return place_markers(request, CacheSettings(**settings))[0]
+
+
+APIS = ("anthropic", "openai", "openai-compatible", "bedrock", "gemini")
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("placement", ["message", "last-part"])
+@pytest.mark.parametrize("ttl", [None, "1h"])
+def test_sample_body_is_valid(api: str, placement: str, ttl: str | None) -> None:
+    request = marked(sample_request(), placement=placement, ttl=ttl)
+    check(render(request, api), api)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_auto_rule_body_is_valid(api: str) -> None:
+    check(render(marked(sample_request(), rule="auto"), api), api)
+
+
+def test_openai_explicit_breakpoints_are_valid() -> None:
+    request = marked(sample_request(), placement="last-part")
+    request = replace(request, options={"prompt_cache_breakpoints": True})
+    body = render(request, "openai")
+    assert '"prompt_cache_breakpoint": {"mode": "explicit"}' in json.dumps(body)
+    check(body, "openai")
+
+
+def test_openai_compatible_reasoning_field_is_valid() -> None:
+    request = replace(sample_request(), options={"reasoning_field": "reasoning_content"})
+    body = render(request, "openai-compatible")
+    assistant = [m for m in body["messages"] if m["role"] == "assistant"]
+    assert assistant[0]["reasoning_content"] == "The test imports app; read it first."
+    check(body, "openai-compatible")
+
+
+def test_anthropic_top_level_automatic_cache_is_valid() -> None:
+    request = replace(sample_request(), options={"automatic_cache": "1h"})
+    body = render(request, "anthropic")
+    assert body["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    check(body, "anthropic")
+
+
+# A wrong key, a wrong value or a wrong nesting must be caught, or the checks prove nothing.
+BROKEN: list[tuple[str, Any]] = [
+    (
+        "anthropic",
+        lambda b: b["messages"][0]["content"][0].update(cache_ctrl={"type": "ephemeral"}),
+    ),
+    ("anthropic", lambda b: b["messages"][2]["content"][0].update(tool_call_id="x")),
+    ("anthropic", lambda b: b["system"][0].update(cache_control={"type": "persistent"})),
+    ("anthropic", lambda b: b.update(max_output_tokens=5)),
+    ("openai", lambda b: b["messages"][3]["tool_calls"][0]["function"].update(arguments={})),
+    ("openai", lambda b: b["messages"][4].update(tool_use_id="x")),
+    ("openai", lambda b: b["tools"][0].update(input_schema={})),
+    ("openai-compatible", lambda b: b["messages"][0]["content"][0].update(cache_control={})),
+    (
+        "openai-compatible",
+        lambda b: b["messages"][0]["content"][0].update(cache={"type": "ephemeral"}),
+    ),
+    ("bedrock", lambda b: b["messages"][0]["content"].append({"text": ""})),
+    ("bedrock", lambda b: b["messages"][0]["content"][1]["image"].update(format="image/png")),
+    ("bedrock", lambda b: b["system"].append({"cachePoint": {"type": "ephemeral"}})),
+    ("bedrock", lambda b: b["messages"][1]["content"][2]["toolUse"].update(toolUseId="a.b")),
+    ("bedrock", lambda b: b.update(modelId="x")),
+    ("gemini", lambda b: b["contents"][0].update(role="assistant")),
+    ("gemini", lambda b: b["contents"][1]["parts"][2]["functionCall"].update(arguments={})),
+    ("gemini", lambda b: b["contents"][0]["parts"][1].update(text="both text and inlineData")),
+    ("gemini", lambda b: b.update(generationConfig={"max_tokens": 5})),
+]
+
+
+@pytest.mark.parametrize(("api", "breaker"), BROKEN)
+def test_invalid_body_is_rejected(api: str, breaker: Any) -> None:
+    request = marked(sample_request(), placement="last-part")
+    body = render(request, api)
+    check(body, api)
+    breaker(body)
+    with pytest.raises((pydantic_core.ValidationError, jsonschema.ValidationError)):
+        check(body, api)
