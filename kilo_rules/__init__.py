@@ -1,3 +1,84 @@
-"""kilo-rules: context policies as code."""
+"""kilo-rules: context policies as code.
+
+Compile a YAML policy for a model, then apply the plan to a session at every step::
+
+    plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
+    result = plan.apply(session, StepInput(step=1))
+    result.request      # the provider's wire JSON
+    result.decisions    # why, rule by rule, with policy locations
+    result.mutations    # what to persist
+"""
+
+from __future__ import annotations
+
+from .catalog import Catalog, ModelInfo, bundled_catalog, model_from_data
+from .check import CheckReport, check_paths
+from .compile import compile_policy
+from .errors import (
+    CatalogError,
+    ContextOverflowError,
+    Diagnostic,
+    EvalError,
+    ExprError,
+    ImportFormatError,
+    KiloRulesError,
+    Location,
+    PolicyError,
+    SessionError,
+)
+from .importers import detect_format, import_file
+from .plan import Plan
+from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
+from .runtime.apply import Decision, TurnResult
+from .runtime.context import Agent, Skill, StepInput, Workspace
+from .session import (
+    Message,
+    Session,
+    dump_session,
+    load_session,
+    session_from_data,
+    session_from_json,
+)
+from .truncate import truncate_output
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "Catalog",
+    "CatalogError",
+    "CheckReport",
+    "ContextOverflowError",
+    "Decision",
+    "Diagnostic",
+    "EvalError",
+    "ExprError",
+    "ImportFormatError",
+    "KiloRulesError",
+    "Location",
+    "Message",
+    "ModelInfo",
+    "Plan",
+    "PolicyError",
+    "ResolvedPolicy",
+    "Session",
+    "SessionError",
+    "Skill",
+    "StepInput",
+    "TurnResult",
+    "Workspace",
+    "__version__",
+    "bundled_catalog",
+    "bundled_policy_names",
+    "check_paths",
+    "compile_policy",
+    "detect_format",
+    "dump_session",
+    "import_file",
+    "load_session",
+    "model_from_data",
+    "resolve_policy",
+    "session_from_data",
+    "session_from_json",
+    "truncate_output",
+]
