@@ -215,6 +215,11 @@ class _Compiler:
                 return rf(ctx) if v is None else v
 
             return coalesce, False, None
+        if rconst and not lconst and node.op in ("/", "//", "%") and type(rvalue) in (int, float) \
+                and rvalue == 0:
+            raise ExprError(Diagnostic(
+                "expr.eval", "division by zero: the divisor is always 0",
+                self.expr.location(node.right), details={"expression": self.expr.text}))
         op = ops.BINARY[node.op]
         expr, left, right, what = self.expr, node.left, node.right, f"'{node.op}'"
 
