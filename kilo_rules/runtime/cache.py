@@ -67,11 +67,19 @@ def place_markers(
 ) -> tuple[ModelRequest, list[dict[str, Any]]]:
     """Mark ``request`` by ``settings``; return it with one decision record per choice.
 
-    Each record has ``action`` (``keep``: a mark already there; ``mark``: a mark added;
-    ``skip``: a wanted mark not added; ``off``: nothing placed; ``warn``), ``target`` (a
-    JSON path such as ``messages[3].parts[1]``, or None), ``role``, ``reason`` and, for
-    added marks, ``ttl``. The request passed in is not changed.
+    Each record has ``rule``, ``action`` (``keep``: a mark already there; ``mark``: a mark
+    added; ``skip``: a wanted mark not added; ``off``: nothing placed; ``warn``),
+    ``target`` (a JSON path such as ``messages[3].parts[1]``, or None), ``role``,
+    ``reason``, ``ttl`` for added marks and ``client`` for kept ones. The request passed
+    in is not changed.
     """
+    marked, decisions = _place(request, settings)
+    return marked, [{"rule": settings.rule, **d} for d in decisions]
+
+
+def _place(
+    request: ModelRequest, settings: CacheSettings
+) -> tuple[ModelRequest, list[dict[str, Any]]]:
     decisions: list[dict[str, Any]] = []
     existing = _existing(request)
     taken = {_key(request, spot) for spot, _ in existing}

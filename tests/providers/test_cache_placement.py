@@ -48,6 +48,7 @@ def test_spec_10_1_first_two_system_last_two_non_system() -> None:
     assert [d["action"] for d in decisions] == ["mark"] * 4
     assert decisions[0]["reason"] == "first 2 system messages"
     assert decisions[-1] == {
+        "rule": "kilo",
         "action": "mark",
         "target": "messages[7]",
         "role": "user",
@@ -151,6 +152,7 @@ def test_client_marks_are_kept_and_not_duplicated() -> None:
     ]
     assert marked.messages[-1].parts[0].cache == CacheMark(client=True)
     assert decisions[0] == {
+        "rule": "kilo",
         "action": "keep",
         "target": "messages[6].parts[0]",
         "role": "user",
