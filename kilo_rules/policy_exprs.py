@@ -9,11 +9,11 @@ decided once per model, so they may read only ``model.*`` and ``config.*``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import Diagnostic, ExprError, KiloRulesError
+from .errors import Diagnostic, ExprError, KiloRulesError, Location
 from .expr import (
     BOOL,
     INT,
@@ -141,7 +141,7 @@ def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
     for path, kind in fields:
         text = _get(policy.data, path)
         try:
-            expr = parse(text, locate=lambda off, p=path: policy.locate_in_scalar(p, off))
+            expr = parse(text, locate=_scalar_locator(policy, path))
         except ExprError as exc:
             diags.extend(exc.diagnostics)
             continue
@@ -174,6 +174,13 @@ def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
     if diags:
         raise ExprError(diags)
     return PolicyExpressions(vocab, compiled, kinds, order)
+
+
+def _scalar_locator(policy: ResolvedPolicy, path: JsonPath) -> Callable[[int], Location]:
+    def locate(offset: int) -> Location:
+        return policy.locate_in_scalar(path, offset)
+
+    return locate
 
 
 def _names(expr: Expr) -> list[tuple[str, Any]]:

@@ -128,7 +128,7 @@ class _Run:
     def at(self, dotted: str) -> str | None:
         try:
             return str(self.plan.locate(dotted))
-        except Exception:  # noqa: BLE001 - a setting the policy does not write
+        except Exception:
             return None
 
     def decide(
@@ -230,7 +230,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
                     "warning",
                 )
             else:
-                marks = {pid: now for pid in result.parts}
+                marks = dict.fromkeys(result.parts, now)
                 messages = apply_marks(messages, marks)
                 r.mutations.extend(result.mutations(now))
                 lowered, view, has_summary, env_muts, _ = _build_messages(r, messages)

@@ -77,7 +77,7 @@ def message_data(
 
     count = counter or estimate
     extra = [0, 0]
-    out = []
+    out: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "system":
             text = "".join(p.text for p in m.parts if isinstance(p, Text))

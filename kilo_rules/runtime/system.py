@@ -73,7 +73,9 @@ def instruction_files(settings: InstructionSettings, ws: Workspace) -> list[Path
             break
     for pattern in settings.globs:
         base = pattern if Path(pattern).is_absolute() else str(cwd / pattern)
-        found.extend(Path(m) for m in sorted(glob.glob(str(_expand(base, ws)), recursive=True)))
+        pattern_path = str(_expand(base, ws))
+        # glob.glob, not Path.glob: configured patterns may be absolute.
+        found.extend(Path(m) for m in sorted(glob.glob(pattern_path, recursive=True)))  # noqa: PTH207
     unique: dict[Path, None] = {}
     for p in found:
         unique.setdefault(p.resolve(), None)
@@ -118,7 +120,7 @@ def instructions_text(
     for url in settings.urls:
         try:
             text = fetch(url, settings.url_timeout, settings.url_max_bytes)
-        except Exception as exc:  # noqa: BLE001 - any fetch failure becomes a warning
+        except Exception as exc:
             decisions.append({"rule": "instructions.url", "url": url, "warning": str(exc)})
             continue
         parts.append(f"Instructions from: {url}\n{text}")
@@ -158,7 +160,8 @@ def static_environment(fields: Sequence[str], ws: Workspace) -> str:
     if not lines:
         return ""
     body = "\n".join(lines)
-    return f"Here is some useful information about the environment you are running in:\n<env>\n{body}\n</env>"
+    intro = "Here is some useful information about the environment you are running in:"
+    return f"{intro}\n<env>\n{body}\n</env>"
 
 
 def layer_texts(

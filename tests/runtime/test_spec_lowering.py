@@ -157,13 +157,11 @@ def test_spec_8_environment_block_is_byte_identical_across_steps() -> None:
         "<environment_details>\nCurrent time: 2023-11-14T22:13:20Z"
     )
     # persist the block, then take another step with a new tool result
-    from kilo_rules.session import TextPart as TP
-
     persisted = s.model_copy(
         update={
             "messages": [
                 s.messages[0].model_copy(
-                    update={"parts": [*s.messages[0].parts, TP(**env[0]["part"])]}
+                    update={"parts": [*s.messages[0].parts, TextPart(**env[0]["part"])]}
                 ),
                 s.messages[1],
                 assistant("a2", tool("t2", "y")),
