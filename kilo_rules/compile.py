@@ -80,12 +80,13 @@ class _Build:
     def get(self, path: JsonPath, default: Any = None) -> Any:
         node: Any = self.data
         for p in path:
-            if (isinstance(node, dict) and p in node) or (
-                isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node)
-            ):
+            if isinstance(node, dict) and p in node:
                 node = node[p]
-            else:
-                return default
+                continue
+            if isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node):
+                node = node[p]
+                continue
+            return default
         return node
 
     def evaluate(self, path: JsonPath, what: str) -> Any:
