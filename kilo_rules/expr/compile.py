@@ -13,13 +13,26 @@ failing sub-expression, or returns the fallback given at compile time.
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ..errors import Diagnostic, EvalError, ExprError, did_you_mean
 from . import ops
 from .functions import FUNCTIONS
-from .nodes import Binary, Call, Conditional, Expr, ListExpr, Literal, Name, Node, Unary
+from .nodes import (
+    LIMITS,
+    Binary,
+    Call,
+    Conditional,
+    Expr,
+    ListExpr,
+    Literal,
+    Name,
+    Node,
+    Unary,
+    walk,
+)
 from .ops import OpError, kind_of
 from .types import Type
 
@@ -27,6 +40,15 @@ Fn = Callable[[Mapping[str, Any]], Any]
 
 #: Errors an operation may raise on bad operands; everything else is a bug and propagates.
 _OP_ERRORS = (TypeError, ValueError, OpError, OverflowError, ZeroDivisionError)
+_NUM = frozenset({int, float})
+_MAX = LIMITS.max_int
+_FAST: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
+    "+": (operator.add, "arith"), "-": (operator.sub, "arith"), "*": (operator.mul, "arith"),
+    "/": (operator.truediv, "divide"), "//": (operator.floordiv, "divide"),
+    "%": (operator.mod, "divide"),
+    "<": (operator.lt, "order"), "<=": (operator.le, "order"), ">": (operator.gt, "order"),
+    ">=": (operator.ge, "order"),
+}
 
 
 class _NoFallback(enum.Enum):
@@ -67,14 +89,13 @@ class CompiledExpr:
     ``{"model.limits.context": 200000, ...}``.
     """
 
-    __slots__ = ("_fn", "_value", "expr", "fallback", "is_constant", "names", "type")
+    __slots__ = ("_value", "evaluate", "expr", "fallback", "is_constant", "names", "type")
 
     def __init__(self, expr: Expr, fn: Fn, *, constant: bool, value: Any,
                  fallback: Any = NO_FALLBACK, result_type: Type | None = None) -> None:
         from .vocabulary import free_names
 
         self.expr = expr
-        self._fn = fn
         self._value = value
         #: Whether the value does not depend on the context.
         self.is_constant: bool = constant
@@ -84,6 +105,28 @@ class CompiledExpr:
         self.type = result_type
         #: The names the expression reads, in source order.
         self.names: tuple[str, ...] = tuple(name for name, _ in free_names(expr))
+
+        first_use = {}
+        for node in walk(expr.root):
+            if isinstance(node, Name) and node.name not in first_use:
+                first_use[node.name] = node
+
+        def evaluate(context: Mapping[str, Any]) -> Any:
+            try:
+                return fn(context)
+            except _Fail as fail:
+                if fallback is not NO_FALLBACK and not fail.missing:
+                    return fallback
+                raise _eval_error(expr, fail) from None
+            except KeyError as exc:
+                key = exc.args[0] if exc.args else None
+                if key not in first_use:
+                    raise
+                missing = _Fail(first_use[key], f"no value for {key}", missing=True)
+                raise _eval_error(expr, missing) from None
+
+        #: The value for ``context``; a plain closure, so hot loops pay one call.
+        self.evaluate: Callable[[Mapping[str, Any]], Any] = evaluate
 
     @property
     def constant(self) -> Any:
@@ -98,14 +141,8 @@ class CompiledExpr:
         return self.expr.text
 
     def __call__(self, context: Mapping[str, Any]) -> Any:
-        try:
-            return self._fn(context)
-        except _Fail as fail:
-            if self.fallback is not NO_FALLBACK and not fail.missing:
-                return self.fallback
-            raise _eval_error(self.expr, fail) from None
-
-    evaluate = __call__
+        """Same as :attr:`evaluate`."""
+        return self.evaluate(context)
 
     def __repr__(self) -> str:
         return f"CompiledExpr({self.expr.text!r})"
@@ -156,15 +193,9 @@ class _Compiler:
             )) from None
 
     def name(self, node: Name) -> Fn:
-        key = node.name
-
-        def load(ctx: Mapping[str, Any]) -> Any:
-            try:
-                return ctx[key]
-            except KeyError:
-                raise _Fail(node, f"no value for {key}", missing=True) from None
-
-        return load
+        # A C-level getter: no Python frame per name. A missing key raises KeyError, which
+        # CompiledExpr.evaluate turns into a located EvalError.
+        return operator.itemgetter(node.name)
 
     def listexpr(self, node: ListExpr) -> _Compiled:
         items = [self.compile(item) for item in node.items]
@@ -223,33 +254,17 @@ class _Compiler:
         op = ops.BINARY[node.op]
         expr, left, right, what = self.expr, node.left, node.right, f"'{node.op}'"
 
-        def fail(a: Any, b: Any, exc: Exception) -> _Fail:
-            return _Fail(node, failure_message(expr, node, ((left, a), (right, b)), exc, what))
+        def checked(a: Any, b: Any) -> Any:
+            try:
+                return op(a, b)
+            except _OP_ERRORS as exc:
+                raise _Fail(node, failure_message(expr, node, ((left, a), (right, b)), exc,
+                                                  what)) from None
 
-        if rconst:
-            def run(ctx: Mapping[str, Any]) -> Any:
-                a = lf(ctx)
-                try:
-                    return op(a, rvalue)
-                except _OP_ERRORS as exc:
-                    raise fail(a, rvalue, exc) from None
-        elif lconst:
-            def run(ctx: Mapping[str, Any]) -> Any:
-                b = rf(ctx)
-                try:
-                    return op(lvalue, b)
-                except _OP_ERRORS as exc:
-                    raise fail(lvalue, b, exc) from None
-        else:
-            def run(ctx: Mapping[str, Any]) -> Any:
-                a = lf(ctx)
-                b = rf(ctx)
-                try:
-                    return op(a, b)
-                except _OP_ERRORS as exc:
-                    raise fail(a, b, exc) from None
-
-        return self.fold(run, node) if lconst and rconst else (run, False, None)
+        if lconst and rconst:
+            return self.fold(lambda ctx: checked(lvalue, rvalue), node)
+        run = _fast_binary(node.op, lf, rf, rconst, rvalue, checked)
+        return run, False, None
 
     def logical(self, node: Binary) -> _Compiled:
         lf, lconst, lvalue = self.compile(node.left)
@@ -300,33 +315,120 @@ class _Compiler:
                 self.expr.location(node),
                 hint=f"did you mean {suggestion}()?" if suggestion else None))
         args = [self.compile(arg) for arg in node.args]
-        fns = [fn for fn, _, _ in args]
         impl, expr, what = func.impl, self.expr, f"{func.name}()"
 
         def fail(values: tuple[Any, ...], exc: Exception) -> _Fail:
             operands = tuple(zip(node.args, values, strict=True))
             return _Fail(node, failure_message(expr, node, operands, exc, what))
 
-        if len(fns) == 1:
-            f0 = fns[0]
+        if all(const for _, const, _ in args):
+            values = tuple(value for _, _, value in args)
 
-            def run(ctx: Mapping[str, Any]) -> Any:
-                a = f0(ctx)
-                try:
-                    return impl(a)
-                except _OP_ERRORS as exc:
-                    raise fail((a,), exc) from None
-        else:
-            def run(ctx: Mapping[str, Any]) -> Any:
-                values = tuple([f(ctx) for f in fns])
+            def once(ctx: Mapping[str, Any]) -> Any:
                 try:
                     return impl(*values)
                 except _OP_ERRORS as exc:
                     raise fail(values, exc) from None
 
-        if all(const for _, const, _ in args):
-            return self.fold(run, node)
-        return run, False, None
+            return self.fold(once, node)
+        return _call(impl, fail, args), False, None
+
+
+def _fast_binary(op: str, lf: Fn, rf: Fn, rconst: bool, rvalue: Any,
+                 checked: Callable[[Any, Any], Any]) -> Fn:
+    """The closure for a binary operator, with an inline path for the common case.
+
+    Numbers go through a C-level operator and a range check without any extra Python
+    call; anything else (strings, nulls, errors) takes ``checked``, the full-rules path.
+    """
+    fast = _FAST.get(op)
+    if op in ("==", "!="):
+        equal = op == "=="
+        if rconst:
+            return (lambda ctx: lf(ctx) == rvalue) if equal else (lambda ctx: lf(ctx) != rvalue)
+        return (lambda ctx: lf(ctx) == rf(ctx)) if equal else (lambda ctx: lf(ctx) != rf(ctx))
+    if fast is None:
+        if rconst:
+            return lambda ctx: checked(lf(ctx), rvalue)
+        return lambda ctx: checked(lf(ctx), rf(ctx))
+    f, kind = fast
+    if kind == "order":
+        def order(ctx: Mapping[str, Any]) -> Any:
+            a = lf(ctx)
+            b = rvalue if rconst else rf(ctx)
+            if type(a) in _NUM and type(b) in _NUM:
+                return f(a, b)
+            return checked(a, b)
+
+        return order
+
+    def arithmetic(ctx: Mapping[str, Any]) -> Any:
+        a = lf(ctx)
+        b = rvalue if rconst else rf(ctx)
+        # A zero divisor falls through to `checked`, which reports it.
+        if type(a) in _NUM and type(b) in _NUM and (b or kind == "arith"):
+            v = f(a, b)
+            if -_MAX <= v <= _MAX:
+                return v
+        return checked(a, b)
+
+    return arithmetic
+
+
+def _call(impl: Callable[..., Any], fail: Callable[[tuple[Any, ...], Exception], _Fail],
+          args: list[_Compiled]) -> Fn:
+    """The closure for a call, specialised for the common shapes so that constant arguments
+    are passed as values and no helper frame sits between the closure and the function."""
+    fns = [fn for fn, _, _ in args]
+    shape = tuple(const for _, const, _ in args)
+    values = [value for _, _, value in args]
+    if shape == (False,):
+        (f0,) = fns
+
+        def call1(ctx: Mapping[str, Any]) -> Any:
+            a = f0(ctx)
+            try:
+                return impl(a)
+            except _OP_ERRORS as exc:
+                raise fail((a,), exc) from None
+
+        return call1
+    if len(shape) == 2 and not all(shape):
+        # Two arguments, at most one of them constant (min(20000, x), max(x, 0)...).
+        f0, f1 = fns
+        c0, c1 = values
+        k0, k1 = shape
+
+        def call2(ctx: Mapping[str, Any]) -> Any:
+            a = c0 if k0 else f0(ctx)
+            b = c1 if k1 else f1(ctx)
+            try:
+                return impl(a, b)
+            except _OP_ERRORS as exc:
+                raise fail((a, b), exc) from None
+
+        return call2
+    if shape == (False, True, True):
+        # clamp(x, lo, hi) with constant bounds.
+        f0, c1, c2 = fns[0], values[1], values[2]
+
+        def call3(ctx: Mapping[str, Any]) -> Any:
+            a = f0(ctx)
+            try:
+                return impl(a, c1, c2)
+            except _OP_ERRORS as exc:
+                raise fail((a, c1, c2), exc) from None
+
+        return call3
+
+    def call(ctx: Mapping[str, Any]) -> Any:
+        got = tuple([f(ctx) for f in fns])
+        try:
+            return impl(*got)
+        except _OP_ERRORS as exc:
+            raise fail(got, exc) from None
+
+    return call
 
 
 def compile_expr(expr: Expr, *, fallback: Any = NO_FALLBACK,

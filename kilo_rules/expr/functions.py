@@ -154,15 +154,19 @@ def _js_round(x: Any) -> int:
 
 
 def _floor(x: Any) -> int:
-    if type(x) not in (int, float):
+    if type(x) is int:
+        return x
+    if type(x) is not float:
         raise TypeError
-    return int(number(math.floor(x)))
+    return math.floor(x)  # finite and in range: every float value is bounded
 
 
 def _ceil(x: Any) -> int:
-    if type(x) not in (int, float):
+    if type(x) is int:
+        return x
+    if type(x) is not float:
         raise TypeError
-    return int(number(math.ceil(x)))
+    return math.ceil(x)
 
 
 def _abs(x: Any) -> Any:
@@ -171,26 +175,32 @@ def _abs(x: Any) -> Any:
     return number(abs(x))
 
 
+_NUM = frozenset({int, float})
+
+
 def _pick(name: str, choose: Callable[..., Any]) -> Callable[..., Any]:
     def impl(*args: Any) -> Any:
+        if len(args) == 2 and type(args[0]) in _NUM and type(args[1]) in _NUM:
+            return choose(args)  # the common min(a, b): skip the general checks
         values = args[0] if len(args) == 1 else args
         if type(values) not in (list, tuple):
             raise TypeError
         if not values:
             raise OpError(f"{name}() of an empty list")
-        if any(type(v) not in (int, float) for v in values):
-            raise TypeError
+        for v in values:
+            if type(v) not in _NUM:
+                raise TypeError
         return choose(values)
 
     return impl
 
 
 def _clamp(x: Any, lo: Any, hi: Any) -> Any:
-    if any(type(v) not in (int, float) for v in (x, lo, hi)):
+    if type(x) not in _NUM or type(lo) not in _NUM or type(hi) not in _NUM:
         raise TypeError
     if lo > hi:
         raise OpError(f"clamp() lower bound {lo} is above upper bound {hi}")
-    return min(max(x, lo), hi)
+    return lo if x < lo else hi if x > hi else x
 
 
 def _sum_impl(values: Any) -> Any:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lark import Token, Tree
+from lark.visitors import Interpreter
 
 from ..errors import Diagnostic, EvalError, Location
 from . import ops
@@ -58,6 +59,76 @@ def _operands(tree: Tree[Token]) -> list[Tree[Token]]:
     return [c for c in tree.children if isinstance(c, Tree)]
 
 
+class _Walker(Interpreter[Token, Any]):
+    """One method per grammar rule (lark's idiom); ``ctx`` is the context of this walk."""
+
+    def __init__(self, expr: Expr, ctx: Mapping[str, Any]) -> None:
+        self.expr, self.ctx = expr, ctx
+
+    def apply(self, tree: Tree[Token], fn: Callable[..., Any], what: str) -> Any:
+        operands = _operands(tree)
+        values = tuple(self.visit(t) for t in operands)
+        try:
+            return fn(*values)
+        except _OP_ERRORS as exc:
+            pairs = tuple((_span(t), v) for t, v in zip(operands, values, strict=True))
+            raise _Fail(tree, failure_message(self.expr, _span(tree), pairs, exc, what)) from None
+
+    def boolean(self, tree: Tree[Token], what: str) -> bool:
+        value = self.visit(tree)
+        if value is True or value is False:
+            return value
+        raise _Fail(tree, f"{what} needs a bool, got {kind_of(value)}")
+
+    def __default__(self, tree: Tree[Token]) -> Any:
+        if tree.data in _LITERALS:
+            return _LITERALS[tree.data](str(tree.children[0]))
+        op = _BINARY[tree.data]
+        return self.apply(tree, ops.BINARY[op], f"'{op}'")
+
+    def name(self, tree: Tree[Token]) -> Any:
+        key = str(tree.children[0])
+        if key not in self.ctx:
+            raise _Fail(tree, f"no value for {key}")
+        return self.ctx[key]
+
+    def and_(self, tree: Tree[Token]) -> bool:
+        left, right = _operands(tree)
+        return self.boolean(left, "'and'") and self.boolean(right, "'and'")
+
+    def or_(self, tree: Tree[Token]) -> bool:
+        left, right = _operands(tree)
+        return self.boolean(left, "'or'") or self.boolean(right, "'or'")
+
+    def not_(self, tree: Tree[Token]) -> bool:
+        return not self.boolean(_operands(tree)[0], "'not'")
+
+    def neg(self, tree: Tree[Token]) -> Any:
+        return self.apply(tree, ops.neg, "'-'")
+
+    def paren(self, tree: Tree[Token]) -> Any:
+        return self.visit(_operands(tree)[0])
+
+    def coalesce(self, tree: Tree[Token]) -> Any:
+        left, right = _operands(tree)
+        value = self.visit(left)
+        return self.visit(right) if value is None else value
+
+    def conditional(self, tree: Tree[Token]) -> Any:
+        then, cond, orelse = _operands(tree)
+        return self.visit(then if self.boolean(cond, "the condition") else orelse)
+
+    def list_(self, tree: Tree[Token]) -> list[Any]:
+        return [self.visit(item) for item in _operands(tree)]
+
+    def call(self, tree: Tree[Token]) -> Any:
+        name = str(tree.children[0])
+        func = FUNCTIONS.get(name)
+        if func is None:
+            raise _Fail(tree, f"unknown function {name}()")
+        return self.apply(tree, func.impl, f"{name}()")
+
+
 class TreeInterpreter:
     """Evaluates an expression by walking its lark tree (slow; for tests and benchmarks)."""
 
@@ -67,7 +138,7 @@ class TreeInterpreter:
 
     def __call__(self, context: Mapping[str, Any]) -> Any:
         try:
-            return self.eval(self.tree, context)
+            return _Walker(self.expr, context).visit(self.tree)
         except _Fail as fail:
             meta = fail.tree.meta
             start, end = self.expr.locate(meta.start_pos), self.expr.locate(meta.end_pos)
@@ -76,66 +147,6 @@ class TreeInterpreter:
                 Location(start.file, start.line, start.col, end.line, end.col),
                 details={"expression": self.expr.text},
             )) from None
-
-    def bool_of(self, tree: Tree[Token], ctx: Mapping[str, Any], what: str) -> bool:
-        value = self.eval(tree, ctx)
-        if value is True or value is False:
-            return value
-        raise _Fail(tree, f"{what} needs a bool, got {kind_of(value)}")
-
-    def eval(self, tree: Tree[Token], ctx: Mapping[str, Any]) -> Any:
-        rule = tree.data
-        if rule in _LITERALS:
-            return _LITERALS[rule](str(tree.children[0]))
-        if rule == "name":
-            key = str(tree.children[0])
-            if key not in ctx:
-                raise _Fail(tree, f"no value for {key}")
-            return ctx[key]
-        operands = _operands(tree)
-        if rule in _BINARY:
-            a, b = self.eval(operands[0], ctx), self.eval(operands[1], ctx)
-            return self.apply(tree, ops.BINARY[_BINARY[rule]], (a, b), operands,
-                              f"'{_BINARY[rule]}'")
-        if rule == "and_":
-            if not self.bool_of(operands[0], ctx, "'and'"):
-                return False
-            return self.bool_of(operands[1], ctx, "'and'")
-        if rule == "or_":
-            if self.bool_of(operands[0], ctx, "'or'"):
-                return True
-            return self.bool_of(operands[1], ctx, "'or'")
-        if rule == "not_":
-            return not self.bool_of(operands[0], ctx, "'not'")
-        if rule == "neg":
-            return self.apply(tree, ops.neg, (self.eval(operands[0], ctx),), operands, "'-'")
-        if rule == "paren":
-            return self.eval(operands[0], ctx)
-        if rule == "coalesce":
-            value = self.eval(operands[0], ctx)
-            return self.eval(operands[1], ctx) if value is None else value
-        if rule == "conditional":
-            then, cond, orelse = operands
-            return self.eval(then if self.bool_of(cond, ctx, "the condition") else orelse, ctx)
-        if rule == "list_":
-            return [self.eval(item, ctx) for item in operands]
-        if rule == "call":
-            name = str(tree.children[0])
-            func = FUNCTIONS.get(name)
-            if func is None:
-                raise _Fail(tree, f"unknown function {name}()")
-            values = tuple(self.eval(arg, ctx) for arg in operands)
-            return self.apply(tree, func.impl, values, operands, f"{name}()")
-        raise AssertionError(f"no rule {rule!r}")
-
-    def apply(self, tree: Tree[Token], fn: Callable[..., Any], values: tuple[Any, ...],
-              operands: list[Tree[Token]], what: str) -> Any:
-        try:
-            return fn(*values)
-        except _OP_ERRORS as exc:
-            node = _span(tree)
-            pairs = tuple((_span(t), v) for t, v in zip(operands, values, strict=True))
-            raise _Fail(tree, failure_message(self.expr, node, pairs, exc, what)) from None
 
 
 def interpret(expr: Expr, context: Mapping[str, Any]) -> Any:

@@ -23,7 +23,6 @@ from kilo_rules.expr import (
     FLOAT,
     INT,
     STR,
-    TreeInterpreter,
     Type,
     check,
     compile_expr,
@@ -71,7 +70,7 @@ def _run_everything(text: str) -> None:
     except ExprError:
         return
     # Unchecked first: the runtime must stay typed even when the checker was skipped.
-    evaluators: list[Any] = [TreeInterpreter(expr)]
+    evaluators: list[Any] = []
     with contextlib.suppress(ExprError):
         evaluators.append(compile_expr(expr))
     result, diagnostics = infer(expr, VOCAB)
