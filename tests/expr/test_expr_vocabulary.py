@@ -118,3 +118,13 @@ def test_cycle_is_located_at_the_reference() -> None:
         order_definitions(defs)
     assert info.value.diagnostic.message == "b refers to itself"
     assert info.value.diagnostic.location.col == 5
+
+
+def test_docs_list_every_name_and_function() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "expressions.md").read_text("utf-8")
+    for name in default_vocabulary():
+        assert f"| `{name}` |" in docs, name
+    for name in expr_api.FUNCTIONS:
+        assert f"| `{name}(" in docs, name
