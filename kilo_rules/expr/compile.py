@@ -5,8 +5,8 @@ nothing is ``eval``-ed. Sub-expressions whose operands are all constants are com
 here, so ``20_000 * 2`` costs nothing per call and a fully constant expression compiles to
 a closure returning its value (:attr:`CompiledExpr.constant`).
 
-Runtime failures travel as :class:`_Fail` (node + message) up to
-:meth:`CompiledExpr.__call__`, which turns them into an :class:`EvalError` located at the
+Runtime failures travel as :class:`~.closures.Fail` (node + message) up to
+:attr:`CompiledExpr.evaluate`, which turns them into an :class:`EvalError` located at the
 failing sub-expression, or returns the fallback given at compile time.
 """
 
@@ -19,9 +19,9 @@ from typing import Any, Final
 
 from ..errors import Diagnostic, EvalError, ExprError, did_you_mean
 from . import ops
+from .closures import OP_ERRORS, Fail, Fn, call_closure, failure_message, fast_binary
 from .functions import FUNCTIONS
 from .nodes import (
-    LIMITS,
     Binary,
     Call,
     Conditional,
@@ -33,22 +33,8 @@ from .nodes import (
     Unary,
     walk,
 )
-from .ops import OpError, kind_of
+from .ops import kind_of
 from .types import Type
-
-Fn = Callable[[Mapping[str, Any]], Any]
-
-#: Errors an operation may raise on bad operands; everything else is a bug and propagates.
-_OP_ERRORS = (TypeError, ValueError, OpError, OverflowError, ZeroDivisionError)
-_NUM = frozenset({int, float})
-_MAX = LIMITS.max_int
-_FAST: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
-    "+": (operator.add, "arith"), "-": (operator.sub, "arith"), "*": (operator.mul, "arith"),
-    "/": (operator.truediv, "divide"), "//": (operator.floordiv, "divide"),
-    "%": (operator.mod, "divide"),
-    "<": (operator.lt, "order"), "<=": (operator.le, "order"), ">": (operator.gt, "order"),
-    ">=": (operator.ge, "order"),
-}
 
 
 class _NoFallback(enum.Enum):
@@ -60,26 +46,6 @@ class _NoFallback(enum.Enum):
 
 #: The default of ``fallback=``: runtime failures raise :class:`EvalError`.
 NO_FALLBACK: Final = _NoFallback.NO_FALLBACK
-
-
-class _Fail(Exception):  # noqa: N818 -- internal signal, never escapes
-    """A runtime failure at ``node`` (``missing``: the context lacks a name)."""
-
-    def __init__(self, node: Node, message: str, *, missing: bool = False) -> None:
-        super().__init__(message)
-        self.node, self.message, self.missing = node, message, missing
-
-
-def failure_message(expr: Expr, node: Node, operands: tuple[tuple[Node, Any], ...],
-                    exc: Exception, what: str) -> str:
-    """A message for a failed operation, naming the operand that was null if one was."""
-    if isinstance(exc, OpError):
-        return str(exc)
-    for operand, value in operands:
-        if value is None:
-            return f"{expr.source(operand)} is null, so {what} cannot be computed"
-    kinds = " and ".join(kind_of(v) for _, v in operands)
-    return f"{what} cannot be applied to {kinds}"
 
 
 class CompiledExpr:
@@ -106,7 +72,7 @@ class CompiledExpr:
         #: The names the expression reads, in source order.
         self.names: tuple[str, ...] = tuple(name for name, _ in free_names(expr))
 
-        first_use = {}
+        first_use: dict[str, Node] = {}  # where to point when the context lacks a name
         for node in walk(expr.root):
             if isinstance(node, Name) and node.name not in first_use:
                 first_use[node.name] = node
@@ -114,7 +80,7 @@ class CompiledExpr:
         def evaluate(context: Mapping[str, Any]) -> Any:
             try:
                 return fn(context)
-            except _Fail as fail:
+            except Fail as fail:
                 if fallback is not NO_FALLBACK and not fail.missing:
                     return fallback
                 raise _eval_error(expr, fail) from None
@@ -122,7 +88,7 @@ class CompiledExpr:
                 key = exc.args[0] if exc.args else None
                 if key not in first_use:
                     raise
-                missing = _Fail(first_use[key], f"no value for {key}", missing=True)
+                missing = Fail(first_use[key], f"no value for {key}", missing=True)
                 raise _eval_error(expr, missing) from None
 
         #: The value for ``context``; a plain closure, so hot loops pay one call.
@@ -148,7 +114,7 @@ class CompiledExpr:
         return f"CompiledExpr({self.expr.text!r})"
 
 
-def _eval_error(expr: Expr, fail: _Fail) -> EvalError:
+def _eval_error(expr: Expr, fail: Fail) -> EvalError:
     return EvalError(Diagnostic(
         "expr.eval", f"{fail.message} (in `{expr.text}`)", expr.location(fail.node),
         details={"expression": expr.text, "subexpression": expr.source(fail.node),
@@ -184,7 +150,7 @@ class _Compiler:
         """Evaluate a node whose operands are all constants, once, now."""
         try:
             return self.constant(fn(_EMPTY))
-        except _Fail as fail:
+        except Fail as fail:
             where = self.expr.location(fail.node)
             raise ExprError(Diagnostic(
                 "expr.eval", f"this always fails: {fail.message}", where,
@@ -220,14 +186,14 @@ class _Compiler:
                     return False
                 if v is False:
                     return True
-                raise _Fail(operand, f"'not' needs a bool, got {kind_of(v)}")
+                raise Fail(operand, f"'not' needs a bool, got {kind_of(v)}")
         else:
             def run(ctx: Mapping[str, Any]) -> Any:
                 v = f(ctx)
                 try:
                     return ops.neg(v)
-                except _OP_ERRORS as exc:
-                    raise _Fail(node, failure_message(expr, node, ((operand, v),), exc,
+                except OP_ERRORS as exc:
+                    raise Fail(node, failure_message(expr, node, ((operand, v),), exc,
                                                       "'-'")) from None
 
         return self.fold(run, node) if const else (run, False, None)
@@ -257,13 +223,13 @@ class _Compiler:
         def checked(a: Any, b: Any) -> Any:
             try:
                 return op(a, b)
-            except _OP_ERRORS as exc:
-                raise _Fail(node, failure_message(expr, node, ((left, a), (right, b)), exc,
+            except OP_ERRORS as exc:
+                raise Fail(node, failure_message(expr, node, ((left, a), (right, b)), exc,
                                                   what)) from None
 
         if lconst and rconst:
             return self.fold(lambda ctx: checked(lvalue, rvalue), node)
-        run = _fast_binary(node.op, lf, rf, rconst, rvalue, checked)
+        run = fast_binary(node.op, lf, rf, rconst, rvalue, checked)
         return run, False, None
 
     def logical(self, node: Binary) -> _Compiled:
@@ -278,11 +244,11 @@ class _Compiler:
             if a is stop:
                 return stop
             if a is not (not stop):
-                raise _Fail(left, f"'{node.op}' needs a bool, got {kind_of(a)}")
+                raise Fail(left, f"'{node.op}' needs a bool, got {kind_of(a)}")
             b = rf(ctx)
             if b is True or b is False:
                 return b
-            raise _Fail(right, f"'{node.op}' needs a bool, got {kind_of(b)}")
+            raise Fail(right, f"'{node.op}' needs a bool, got {kind_of(b)}")
 
         if lconst and (lvalue is stop or rconst):
             return self.fold(run, node)
@@ -302,7 +268,7 @@ class _Compiler:
                 return tf(ctx)
             if c is False:
                 return ef(ctx)
-            raise _Fail(cond, f"the condition must be a bool, got {kind_of(c)}")
+            raise Fail(cond, f"the condition must be a bool, got {kind_of(c)}")
 
         return self.fold(run, node) if cconst else (run, False, None)
 
@@ -317,9 +283,9 @@ class _Compiler:
         args = [self.compile(arg) for arg in node.args]
         impl, expr, what = func.impl, self.expr, f"{func.name}()"
 
-        def fail(values: tuple[Any, ...], exc: Exception) -> _Fail:
+        def fail(values: tuple[Any, ...], exc: Exception) -> Fail:
             operands = tuple(zip(node.args, values, strict=True))
-            return _Fail(node, failure_message(expr, node, operands, exc, what))
+            return Fail(node, failure_message(expr, node, operands, exc, what))
 
         if all(const for _, const, _ in args):
             values = tuple(value for _, _, value in args)
@@ -327,108 +293,11 @@ class _Compiler:
             def once(ctx: Mapping[str, Any]) -> Any:
                 try:
                     return impl(*values)
-                except _OP_ERRORS as exc:
+                except OP_ERRORS as exc:
                     raise fail(values, exc) from None
 
             return self.fold(once, node)
-        return _call(impl, fail, args), False, None
-
-
-def _fast_binary(op: str, lf: Fn, rf: Fn, rconst: bool, rvalue: Any,
-                 checked: Callable[[Any, Any], Any]) -> Fn:
-    """The closure for a binary operator, with an inline path for the common case.
-
-    Numbers go through a C-level operator and a range check without any extra Python
-    call; anything else (strings, nulls, errors) takes ``checked``, the full-rules path.
-    """
-    fast = _FAST.get(op)
-    if op in ("==", "!="):
-        equal = op == "=="
-        if rconst:
-            return (lambda ctx: lf(ctx) == rvalue) if equal else (lambda ctx: lf(ctx) != rvalue)
-        return (lambda ctx: lf(ctx) == rf(ctx)) if equal else (lambda ctx: lf(ctx) != rf(ctx))
-    if fast is None:
-        if rconst:
-            return lambda ctx: checked(lf(ctx), rvalue)
-        return lambda ctx: checked(lf(ctx), rf(ctx))
-    f, kind = fast
-    if kind == "order":
-        def order(ctx: Mapping[str, Any]) -> Any:
-            a = lf(ctx)
-            b = rvalue if rconst else rf(ctx)
-            if type(a) in _NUM and type(b) in _NUM:
-                return f(a, b)
-            return checked(a, b)
-
-        return order
-
-    def arithmetic(ctx: Mapping[str, Any]) -> Any:
-        a = lf(ctx)
-        b = rvalue if rconst else rf(ctx)
-        # A zero divisor falls through to `checked`, which reports it.
-        if type(a) in _NUM and type(b) in _NUM and (b or kind == "arith"):
-            v = f(a, b)
-            if -_MAX <= v <= _MAX:
-                return v
-        return checked(a, b)
-
-    return arithmetic
-
-
-def _call(impl: Callable[..., Any], fail: Callable[[tuple[Any, ...], Exception], _Fail],
-          args: list[_Compiled]) -> Fn:
-    """The closure for a call, specialised for the common shapes so that constant arguments
-    are passed as values and no helper frame sits between the closure and the function."""
-    fns = [fn for fn, _, _ in args]
-    shape = tuple(const for _, const, _ in args)
-    values = [value for _, _, value in args]
-    if shape == (False,):
-        (f0,) = fns
-
-        def call1(ctx: Mapping[str, Any]) -> Any:
-            a = f0(ctx)
-            try:
-                return impl(a)
-            except _OP_ERRORS as exc:
-                raise fail((a,), exc) from None
-
-        return call1
-    if len(shape) == 2 and not all(shape):
-        # Two arguments, at most one of them constant (min(20000, x), max(x, 0)...).
-        f0, f1 = fns
-        c0, c1 = values
-        k0, k1 = shape
-
-        def call2(ctx: Mapping[str, Any]) -> Any:
-            a = c0 if k0 else f0(ctx)
-            b = c1 if k1 else f1(ctx)
-            try:
-                return impl(a, b)
-            except _OP_ERRORS as exc:
-                raise fail((a, b), exc) from None
-
-        return call2
-    if shape == (False, True, True):
-        # clamp(x, lo, hi) with constant bounds.
-        f0, c1, c2 = fns[0], values[1], values[2]
-
-        def call3(ctx: Mapping[str, Any]) -> Any:
-            a = f0(ctx)
-            try:
-                return impl(a, c1, c2)
-            except _OP_ERRORS as exc:
-                raise fail((a, c1, c2), exc) from None
-
-        return call3
-
-    def call(ctx: Mapping[str, Any]) -> Any:
-        got = tuple([f(ctx) for f in fns])
-        try:
-            return impl(*got)
-        except _OP_ERRORS as exc:
-            raise fail(got, exc) from None
-
-    return call
+        return call_closure(impl, fail, args), False, None
 
 
 def compile_expr(expr: Expr, *, fallback: Any = NO_FALLBACK,

@@ -16,10 +16,10 @@ from lark.visitors import Interpreter
 
 from ..errors import Diagnostic, EvalError, Location
 from . import ops
-from .compile import failure_message
+from .closures import OP_ERRORS, failure_message
 from .functions import FUNCTIONS
 from .nodes import Expr, Node
-from .ops import OpError, kind_of
+from .ops import kind_of
 from .parser import (
     decode_duration,
     decode_float,
@@ -28,8 +28,6 @@ from .parser import (
     decode_string,
     tree_parser,
 )
-
-_OP_ERRORS = (TypeError, ValueError, OpError, OverflowError, ZeroDivisionError)
 
 _BINARY = {
     "add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%",
@@ -70,7 +68,7 @@ class _Walker(Interpreter[Token, Any]):
         values = tuple(self.visit(t) for t in operands)
         try:
             return fn(*values)
-        except _OP_ERRORS as exc:
+        except OP_ERRORS as exc:
             pairs = tuple((_span(t), v) for t, v in zip(operands, values, strict=True))
             raise _Fail(tree, failure_message(self.expr, _span(tree), pairs, exc, what)) from None
 
