@@ -115,11 +115,11 @@ def _with_points(blocks: list[tuple[dict[str, Any], CacheMark | None]]) -> list[
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:
-    spec = {
-        "name": tool.name,
-        "description": tool.description,
-        "inputSchema": {"json": tool.input_schema},
-    }
+    spec: dict[str, Any] = {"name": tool.name}
+    # Converse rejects an empty description (minimum length 1); it is optional.
+    if tool.description:
+        spec["description"] = tool.description
+    spec["inputSchema"] = {"json": tool.input_schema}
     return {"toolSpec": spec}
 
 
