@@ -177,6 +177,14 @@ def _build_messages(
     )
     view, muts, ds = inject(view, r.step, inject_settings)
     lowered = lower(view, _lower_settings(r, has_summary))
+    ins = _instruction_settings(r)
+    if ins.on_demand and ins.project_files:
+        from .ondemand import attach
+        from .system import instruction_files
+
+        loaded = set(instruction_files(ins, r.step.workspace))
+        lowered, found = attach(lowered, ins.project_files, loaded, r.step.workspace)
+        ds = [*ds, *found]
     return lowered, view, has_summary, muts, ds
 
 
@@ -198,7 +206,8 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
     )
     r.mutations.extend(env_muts)
     for d in inject_ds:
-        r.decide("inject", str(d.pop("rule")), "environment.dynamic", {}, d)
+        rule = str(d.pop("rule"))
+        r.decide("inject", rule, _INJECT_SETTINGS.get(rule.split(".")[0]), {}, d)
 
     # 4. guards: payload bytes
     max_bytes = int(plan.static_context.get("payload.max_bytes") or 0)
@@ -342,6 +351,14 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
     return TurnResult(body, provider, r.decisions, r.mutations, request, compaction_needed)
 
 
+_INJECT_SETTINGS = {
+    "environment": "environment.dynamic",
+    "on_demand": "system.instructions.on_demand",
+    "reminder": "reminders",
+    "interjection": "reminders.interjection",
+}
+
+
 def _count_fields(r: _Run) -> list[str]:
     return list(
         r.setting("overflow.count", ["input", "output", "reasoning", "cache_read", "cache_write"])
@@ -480,10 +497,9 @@ def _overflow(
     return None
 
 
-def _system(r: _Run, view: Sequence[Message], ctx: dict[str, Any]) -> list[str]:
-    plan = r.plan
+def _instruction_settings(r: _Run) -> InstructionSettings:
     ins = r.setting("system.instructions", {}) or {}
-    settings = InstructionSettings(
+    return InstructionSettings(
         global_files=tuple(ins.get("global_files") or ()),
         project_files=tuple(ins.get("project_files") or ()),
         globs=tuple(ins.get("globs") or ()),
@@ -492,6 +508,11 @@ def _system(r: _Run, view: Sequence[Message], ctx: dict[str, Any]) -> list[str]:
         url_max_bytes=int(ins.get("url_max_bytes") or 262_144),
         on_demand=bool(ins.get("on_demand")),
     )
+
+
+def _system(r: _Run, view: Sequence[Message], ctx: dict[str, Any]) -> list[str]:
+    plan = r.plan
+    settings = _instruction_settings(r)
     last_user = next((m for m in reversed(view) if m.role == "user"), None)
     texts: list[tuple[str, str]] = []
     replaced: set[str] = set()
