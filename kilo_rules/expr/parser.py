@@ -410,8 +410,9 @@ def _expected_words(exc: UnexpectedInput) -> list[str]:
 def parse(text: str, *, locate: Locate | None = None) -> Expr:
     """Parse ``text`` into an :class:`Expr`.
 
-    ``locate`` maps 0-based offsets in ``text`` to file locations (the YAML loader knows
-    where the scalar is); by default offsets map to ``<expr>:line:col`` within the text.
+    ``locate`` maps 0-based offsets in ``text`` (0 to ``len(text)`` inclusive: errors at
+    the end point just past the last character) to file locations; the YAML loader knows
+    where the scalar is. By default offsets map to ``<expr>:line:col`` within the text.
     Raises :class:`ExprError` (codes ``expr.syntax`` and ``expr.limit``).
     """
     where = locate or text_locate(text)
