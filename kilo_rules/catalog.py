@@ -32,6 +32,8 @@ PROVIDERS = (
     "mistral",
     "xai",
     "moonshotai",
+    "moonshotai-cn",
+    "kimi-for-coding",
     "kilo",
     "litellm",
     "ollama",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import Diagnostic, ExprError, KiloRulesError, Location
+from .errors import Diagnostic, ExprError, KiloRulesError, Location, did_you_mean
 from .expr import (
     BOOL,
     INT,
@@ -84,6 +84,7 @@ class PolicyExpressions:
     compiled: dict[JsonPath, CompiledExpr]
     kinds: dict[JsonPath, str]
     order: list[str]  # value names in evaluation order
+    warnings: list[Diagnostic]
 
 
 def policy_vocabulary(policy: ResolvedPolicy, kinds: dict[JsonPath, str]) -> Vocabulary:
@@ -162,6 +163,7 @@ def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
                             hint="overrides are chosen once per model, before any session",
                         )
                     )
+    warnings = [w for expr in parsed.values() for w in literal_diagnostics(expr)]
     order: list[str] = []
     for prefix, defs in _definitions(parsed).items():
         try:
@@ -172,8 +174,45 @@ def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
         if prefix == ():
             order = ordered
     if diags:
-        raise ExprError(diags)
-    return PolicyExpressions(vocab, compiled, kinds, order)
+        raise ExprError([*diags, *warnings])
+    return PolicyExpressions(vocab, compiled, kinds, order, warnings)
+
+
+def literal_diagnostics(expr: Expr) -> list[Diagnostic]:
+    """Warnings for string literals compared with ``model.provider`` or ``model.api`` that
+    no known provider or wire format has (a typo makes a rule silently never match)."""
+    from typing import get_args
+
+    from .catalog import PROVIDERS, WireApi
+    from .expr.nodes import Binary, ListExpr, Literal, Name, walk
+
+    known = {"model.provider": tuple(PROVIDERS), "model.api": tuple(get_args(WireApi))}
+    out: list[Diagnostic] = []
+    for node in walk(expr.root):
+        if not isinstance(node, Binary) or node.op not in ("==", "!=", "in", "not in"):
+            continue
+        sides = [(node.left, node.right), (node.right, node.left)]
+        for name_side, value_side in sides:
+            if not (isinstance(name_side, Name) and name_side.name in known):
+                continue
+            values = value_side.items if isinstance(value_side, ListExpr) else (value_side,)
+            for v in values:
+                if isinstance(v, Literal) and isinstance(v.value, str):
+                    options = known[name_side.name]
+                    if v.value not in options:
+                        guess = did_you_mean(v.value, options)
+                        out.append(
+                            Diagnostic(
+                                "expr.unknown-provider",
+                                f"{v.value!r} is not a known value of {name_side.name}",
+                                expr.location(v),
+                                hint=f"did you mean {guess!r}?"
+                                if guess
+                                else f"known: {', '.join(options)}",
+                                severity="warning",
+                            )
+                        )
+    return out
 
 
 def _scalar_locator(policy: ResolvedPolicy, path: JsonPath) -> Callable[[int], Location]:
@@ -214,7 +253,6 @@ def _get(data: Any, path: JsonPath) -> Any:
 def expression_diagnostics(policy: ResolvedPolicy) -> list[Diagnostic]:
     """Hook for ``kilo-rules check``: every expression problem of a policy."""
     try:
-        compile_policy_expressions(policy)
+        return compile_policy_expressions(policy).warnings
     except KiloRulesError as exc:
         return exc.diagnostics
-    return []

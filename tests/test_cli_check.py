@@ -124,3 +124,23 @@ def test_catalog_file_is_checked_as_catalog(
     data = json.loads(capsys.readouterr().out)
     assert [d["code"] for d in data] == ["catalog.limits", "catalog.duplicate-id"]
     assert data[1]["location"]["line"] == 6
+
+
+def test_provider_typo_in_an_expression_is_a_located_warning(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(
+        in_tmp,
+        "w.yaml",
+        "version: 1\nname: w\nextends: kilo-default\ncache:\n"
+        "  when: 'model.provider == \"antropic\"'\n",
+    )
+    assert main(["check", "--format", "json", "w.yaml"]) == 0
+    (d,) = json.loads(capsys.readouterr().out)
+    assert (d["code"], d["severity"], d["location"]["line"], d["location"]["col"]) == (
+        "expr.unknown-provider",
+        "warning",
+        5,
+        28,
+    )
+    assert d["hint"] == "did you mean 'anthropic'?"
