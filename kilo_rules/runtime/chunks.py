@@ -1,0 +1,282 @@
+"""Writing the summary of a compaction's head: one request, or chunks and a reduce.
+
+Kilo sends the whole head to the summarizer in one request unless that request would not
+fit the model (``compaction-chunks.ts``, spec §7.5): the need test is
+``ceil(estimate(headJSON) × factor) + out' > usable(model')`` where ``model'`` is the same
+model with its output limited to ``chunking.output_max``. Then the head is split into
+chunks of ``max(min_budget, floor(usable' × budget_ratio))`` tokens, each chunk is
+summarised (``parallel`` at a time) and the chunk summaries are merged by a reduce of depth
+at most ``max_reduce_depth``. A single-shot summary that the provider rejects as too long
+(:class:`~kilo_rules.summarize.SummarizerError` with ``overflow=True``) takes the same path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..summarize import Summarizer, SummarizerError, SummaryRequest
+from ..truncate import truncate_for_summary
+from .measure import messages_json
+from .messages import Media, ModelMessage, Part, Reasoning, Text, ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+Count = Callable[[str], int]
+
+#: How chunk summaries are handed to a merge request (engine wording, not a policy knob).
+MERGE_ITEM = '<partial-summary part="{index}" of="{total}">\n{text}\n</partial-summary>'
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSettings:
+    """``compaction.chunking.*`` of the plan."""
+
+    enabled: bool
+    output_max: int
+    budget_ratio: float
+    min_budget: int
+    parallel: int
+    max_reduce_depth: int
+    clip_text_chars: int
+    clip_tool_chars: int
+    factor: float  # tokens.preflight_factor: the need test scales the estimate like preflight
+
+    @classmethod
+    def from_plan(cls, plan: Plan) -> ChunkSettings:
+        """Read every knob from the plan (no constant of Kilo's is assumed here)."""
+
+        def get(name: str) -> Any:
+            return plan.setting(f"compaction.chunking.{name}")
+
+        return cls(
+            enabled=bool(get("enabled")),
+            output_max=int(get("output_max") or 0),
+            budget_ratio=float(get("budget_ratio") or 0.0),
+            min_budget=int(get("min_budget") or 0),
+            parallel=max(1, int(get("parallel") or 1)),
+            max_reduce_depth=max(0, int(get("max_reduce_depth") or 0)),
+            clip_text_chars=int(get("clip_text_chars") or 0),
+            clip_tool_chars=int(get("clip_tool_chars") or 0),
+            factor=float(plan.setting("tokens.preflight_factor") or 1.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SmallModel:
+    """``model'``: the usable window and output budget when the output is capped."""
+
+    usable: int
+    output: int
+
+
+def small_model(plan: Plan, output_max: int) -> SmallModel:
+    """Kilo's ``model'`` (``compaction-chunks.ts:116-124``): the same model with
+    ``limit.output = maxOutputTokens(model, min(output_max, outputTokenMax ?? output_max))``.
+
+    Recompiling with a lower ``output_token_max`` gives exactly that output, and the policy's
+    own ``budget.usable`` rule then says what the window becomes."""
+    from ..compile import compile_policy
+
+    flag = plan.config.get("output_token_max")
+    cap = min(output_max, int(flag)) if flag is not None else output_max
+    small = compile_policy(
+        plan.policy_file, plan.model, config={**plan.config, "output_token_max": cap}
+    )
+    return SmallModel(
+        int(small.value("budget.usable")), int(small.value("output.configured") or cap)
+    )
+
+
+def needed(
+    messages: Sequence[ModelMessage], model: SmallModel, factor: float, count: Count
+) -> bool:
+    """Whether the head cannot be summarised in one request of ``model'``."""
+    tokens = math.ceil(count(messages_json(messages)) * factor)
+    return tokens + model.output > model.usable
+
+
+def chunk_budget(settings: ChunkSettings, model: SmallModel) -> int:
+    """Tokens per chunk: ``max(min_budget, floor(usable' × budget_ratio))``."""
+    return max(settings.min_budget, math.floor(model.usable * settings.budget_ratio))
+
+
+def _clip(text: str, limit: int) -> str:
+    if limit <= 0 or len(text) <= limit:
+        return text
+    cut = limit - 1 if 0xD800 <= ord(text[limit - 1]) <= 0xDBFF else limit
+    return f"{text[:cut]}\n[... {len(text) - cut} chars clipped]"
+
+
+def _clip_part(part: Part, s: ChunkSettings) -> Part:
+    if isinstance(part, Text):
+        return replace(part, text=_clip(part.text, s.clip_text_chars))
+    if isinstance(part, Reasoning):
+        return Reasoning(_clip(part.text, s.clip_text_chars))
+    if isinstance(part, ToolCall):
+        raw = json.dumps(part.input, ensure_ascii=False, separators=(",", ":"))
+        if len(raw) <= s.clip_tool_chars:
+            return part
+        return replace(part, input={"input": truncate_for_summary(raw, s.clip_tool_chars)})
+    if isinstance(part, ToolResult):
+        content: tuple[Text | Media, ...] = tuple(
+            Text(truncate_for_summary(c.text, s.clip_tool_chars)) if isinstance(c, Text) else c
+            for c in part.content
+        )
+        return replace(part, content=content)
+    return part
+
+
+def _units(messages: Sequence[ModelMessage]) -> list[list[ModelMessage]]:
+    """Messages grouped so that a tool call and its results never land in two chunks."""
+    units: list[list[ModelMessage]] = []
+    for m in messages:
+        if m.role == "tool" and units and units[-1][-1].role in ("assistant", "tool"):
+            units[-1].append(m)
+        else:
+            units.append([m])
+    return units
+
+
+def split(
+    messages: Sequence[ModelMessage], budget: int, settings: ChunkSettings, count: Count
+) -> list[tuple[ModelMessage, ...]]:
+    """Greedy chunks of at most ``budget`` tokens (a chunk's size is the sum of its units').
+
+    A unit larger than the budget on its own becomes its own chunk, its texts clipped at
+    ``clip_text_chars`` and its tool inputs and outputs at ``clip_tool_chars``."""
+    chunks: list[tuple[ModelMessage, ...]] = []
+    current: list[ModelMessage] = []
+    size = 0
+    for unit in _units(messages):
+        tokens = count(messages_json(unit))
+        if tokens > budget:
+            if current:
+                chunks.append(tuple(current))
+                current, size = [], 0
+            clipped = [
+                replace(m, parts=tuple(_clip_part(p, settings) for p in m.parts)) for m in unit
+            ]
+            chunks.append(tuple(clipped))
+            continue
+        if current and size + tokens > budget:
+            chunks.append(tuple(current))
+            current, size = [], 0
+        current.extend(unit)
+        size += tokens
+    if current:
+        chunks.append(tuple(current))
+    return chunks
+
+
+def _map(summarizer: Summarizer, requests: Sequence[SummaryRequest], parallel: int) -> list[str]:
+    if len(requests) == 1 or parallel == 1:
+        return [summarizer.summarize(r) for r in requests]
+    # Threads: summarizers are I/O bound (HTTP); order of the results is the order of chunks.
+    with ThreadPoolExecutor(max_workers=min(parallel, len(requests))) as pool:
+        return list(pool.map(summarizer.summarize, requests))
+
+
+def _merge_request(
+    base: SummaryRequest, texts: Sequence[str], previous: str | None, update: str
+) -> SummaryRequest:
+    items = [
+        ModelMessage("user", (Text(MERGE_ITEM.format(index=i + 1, total=len(texts), text=t)),))
+        for i, t in enumerate(texts)
+    ]
+    instruction = base.instruction
+    if previous is not None:
+        instruction = "\n\n".join(
+            x for x in (update.replace("{previous}", previous), base.template) if x
+        )
+    return replace(base, instruction=instruction, messages=tuple(items), previous_summary=previous)
+
+
+def _groups(texts: Sequence[str], budget: int, count: Count) -> list[list[str]]:
+    groups: list[list[str]] = [[]]
+    size = 0
+    for t in texts:
+        tokens = count(t)
+        if groups[-1] and size + tokens > budget:
+            groups.append([])
+            size = 0
+        groups[-1].append(t)
+        size += tokens
+    return groups
+
+
+def summarize_chunked(
+    base: SummaryRequest,
+    *,
+    new_request: SummaryRequest,
+    update_instruction: str,
+    summarizer: Summarizer,
+    settings: ChunkSettings,
+    model: SmallModel,
+    count: Count,
+) -> tuple[str, dict[str, Any]]:
+    """Summarise ``base.messages`` in chunks, then reduce. ``new_request`` is the same request
+    with the new-summary instruction (chunks are independent of the previous summary; it is
+    folded in by the last merge)."""
+    budget = chunk_budget(settings, model)
+    chunks = split(base.messages, budget, settings, count)
+    one = replace(new_request, max_output_tokens=model.output, previous_summary=None)
+    texts = _map(summarizer, [replace(one, messages=c) for c in chunks], settings.parallel)
+    previous = base.previous_summary
+    depth = 0
+    while len(texts) > 1 or (previous is not None and depth == 0):
+        if depth >= settings.max_reduce_depth:
+            texts = ["\n\n".join(texts)]  # out of depth: keep every partial summary
+            break
+        groups = _groups(texts, budget, count)
+        last = len(groups) == 1
+        requests = [
+            _merge_request(one, g, previous if last else None, update_instruction) for g in groups
+        ]
+        texts = _map(summarizer, requests, settings.parallel)
+        depth += 1
+        if last:
+            break
+    info = {"chunks": len(chunks), "budget": budget, "reduce_depth": depth, "usable": model.usable}
+    return texts[0] if texts else "", info
+
+
+def write_summary(
+    plan: Plan,
+    request: SummaryRequest,
+    *,
+    new_request: SummaryRequest,
+    update_instruction: str,
+    summarizer: Summarizer,
+    count: Count,
+) -> tuple[str, dict[str, Any]]:
+    """The summary text of ``request`` and how it was written (for the decisions)."""
+    settings = ChunkSettings.from_plan(plan)
+    if not settings.enabled:
+        return summarizer.summarize(request), {"mode": "single"}
+    model = small_model(plan, settings.output_max)
+    how: dict[str, Any]
+    if needed(request.messages, model, settings.factor, count):
+        how = {"mode": "chunked", "why": "head does not fit model'"}
+    else:
+        try:
+            return summarizer.summarize(request), {"mode": "single"}
+        except SummarizerError as exc:
+            if not exc.overflow:
+                raise
+            how = {"mode": "chunked", "why": f"summarizer overflow: {exc}"}
+    text, info = summarize_chunked(
+        request,
+        new_request=new_request,
+        update_instruction=update_instruction,
+        summarizer=summarizer,
+        settings=settings,
+        model=model,
+        count=count,
+    )
+    return text, {**how, **info}
