@@ -19,6 +19,8 @@ from .expr import CompiledExpr
 
 if TYPE_CHECKING:
     from .runtime.apply import TurnResult
+    from .runtime.messages import ModelRequest
+    from .runtime.output import CapDecision
     from .runtime.cache import CacheSettings
     from .runtime.context import StepInput
     from .session import Session
@@ -153,6 +155,39 @@ class Plan:
             skip_trailing_environment=c["skip_trailing_environment"],
             respect_automatic=c["respect_automatic"],
             automatic_enabled=automatic_enabled,
+        )
+
+    def usable(self, dynamic: Mapping[str, Any] | None = None) -> int:
+        """The usable input window (``budget.usable``, spec §3)."""
+        return int(self.value("budget.usable", dynamic))
+
+    def place_markers(
+        self, request: ModelRequest, *, automatic_enabled: bool = False
+    ) -> tuple[ModelRequest, list[dict[str, Any]]]:
+        """Cache breakpoints for ``request`` as this plan places them (spec §10)."""
+        from .runtime.cache import place_markers
+
+        return place_markers(request, self.cache_settings(automatic_enabled=automatic_enabled))
+
+    def cap_output(
+        self, *, normalized: int, media: int = 0, reported: int | None = None
+    ) -> CapDecision:
+        """The output cap for a request measured at ``normalized`` tokens (spec §5)."""
+        from .runtime.output import CapSettings, cap_output
+
+        configured = self.value("output.configured") if self.setting("output.send", True) else None
+        return cap_output(
+            int(configured) if configured is not None else None,
+            context=self.model.limits.context,
+            normalized=normalized,
+            media=media,
+            reported=reported,
+            settings=CapSettings(
+                enabled=bool(self.setting("output.cap.enabled", True)),
+                safety=int(self.setting("output.cap.safety", 2048)),
+                minimum=int(self.setting("output.cap.minimum", 1024)),
+                media_reserve=int(self.setting("output.cap.media_reserve", 2048)),
+            ),
         )
 
     def apply(self, session: Session, step: StepInput | None = None) -> TurnResult:

@@ -129,3 +129,11 @@ def test_spec_5_cap_uses_reported_usage_of_last_finished_assistant() -> None:
     cap = next(d for d in result.decisions if d.stage == "output")
     assert cap.inputs["reported"] == 180_000
     assert result.request["max_tokens"] == 200_000 - 180_000 - 2048
+
+
+def test_single_decisions_are_callable_from_the_plan() -> None:
+    plan = compile_policy("kilo-default", model(limits={"context": 200_000, "output": 64_000}))
+    assert plan.usable() == 168_000
+    d = plan.cap_output(normalized=180_000)
+    assert (d.value, d.rule) == (17_952, "capped")
+    assert plan.prompt is not None and plan.prompt.rule == "anthropic"
