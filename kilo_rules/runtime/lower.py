@@ -29,7 +29,16 @@ from ..session import (
     ToolPart,
 )
 from .history import has_non_synthetic_part
-from .messages import Media, ModelMessage, Part, Reasoning, Text, ToolCall, ToolResult
+from .messages import (
+    CacheMark,
+    Media,
+    ModelMessage,
+    Part,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 
 INTERRUPTED = "[Tool execution was interrupted]"
 MEDIA_MIME_PREFIXES = ("image/", "application/pdf")
@@ -47,6 +56,16 @@ class LowerSettings:
     drop_errored_assistant: bool = True
     tool_output_max_chars: int | None = None  # set for the summary input only
     strip_all_media: bool = False  # the summary input drops every media payload
+
+
+def client_mark(metadata: dict[str, object]) -> CacheMark | None:
+    """A cache breakpoint the client put on a part or message (``metadata.cache_control``,
+    Anthropic's shape); kept by the cache stage and counted in its budget."""
+    raw = metadata.get("cache_control")
+    if not raw:
+        return None
+    ttl = raw.get("ttl") if isinstance(raw, dict) else None
+    return CacheMark(ttl=ttl if ttl in ("5m", "1h") else None, client=True)  # type: ignore[arg-type]
 
 
 def is_media(mime: str) -> bool:
@@ -110,7 +129,8 @@ def _tool(
                     else:
                         items.append(lowered)
             content = tuple(items)
-        return call, ToolResult(part.call_id, part.tool, content), moved
+        mark = client_mark(part.metadata)
+        return call, ToolResult(part.call_id, part.tool, content, cache=mark), moved
     if part.status == "error":
         text = _cut(part.error or "error", settings.tool_output_max_chars)
         return call, ToolResult(part.call_id, part.tool, (Text(text),), is_error=True), moved
@@ -148,7 +168,7 @@ def _assistant(msg: Message, settings: LowerSettings, strip: bool) -> list[Model
             flush()
         elif isinstance(p, TextPart):
             if not p.ignored:
-                parts.append(Text(p.text, synthetic=p.synthetic))
+                parts.append(Text(p.text, synthetic=p.synthetic, cache=client_mark(p.metadata)))
         elif isinstance(p, ReasoningPart):
             parts.append(Reasoning(p.text, signature=p.signature, encrypted=p.encrypted))
         elif isinstance(p, ToolPart):
@@ -167,14 +187,14 @@ def _user(msg: Message, settings: LowerSettings, strip: bool) -> ModelMessage | 
     for p in msg.parts:
         if isinstance(p, TextPart):
             if not p.ignored:
-                parts.append(Text(p.text, synthetic=p.synthetic))
+                parts.append(Text(p.text, synthetic=p.synthetic, cache=client_mark(p.metadata)))
         elif isinstance(p, FilePart):
             parts.append(_file(p, settings, strip or settings.strip_all_media))
         elif isinstance(p, CompactionPart):
             parts.append(Text(settings.compaction_request))
     if not parts:
         return None
-    return ModelMessage("user", tuple(parts), source_id=msg.id)
+    return ModelMessage("user", tuple(parts), client_mark(msg.metadata), source_id=msg.id)
 
 
 def lower(messages: Sequence[Message], settings: LowerSettings) -> list[ModelMessage]:

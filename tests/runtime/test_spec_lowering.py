@@ -171,3 +171,30 @@ def test_spec_8_environment_block_is_byte_identical_across_steps() -> None:
     second = plan.apply(persisted, StepInput(step=2))
     assert not [m for m in second.mutations if m["op"] == "add_part"]
     assert first.request["messages"][0] == second.request["messages"][0]
+
+
+def test_client_cache_marks_are_kept_and_counted() -> None:
+    from kilo_rules.providers import count_markers
+
+    marked = Message(
+        id="u1",
+        role="user",
+        parts=[
+            TextPart(
+                id="p",
+                text="big stable doc",
+                metadata={"cache_control": {"type": "ephemeral", "ttl": "1h"}},
+            )
+        ],
+    )
+    s = session(
+        marked,
+        assistant("a1", text("t", "ok")),
+        user("u2", "q"),
+        assistant("a2", text("t2", "x")),
+        user("u3", "more"),
+    )
+    result = compile_policy("kilo-default", model()).apply(s, StepInput())
+    first = result.request["messages"][0]["content"][0]
+    assert first["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert count_markers(result.request, "anthropic") == 4  # 1 client + system + last 2
