@@ -65,7 +65,7 @@ def client_mark(metadata: dict[str, object]) -> CacheMark | None:
     if not raw:
         return None
     ttl = raw.get("ttl") if isinstance(raw, dict) else None
-    return CacheMark(ttl=ttl if ttl in ("5m", "1h") else None, client=True)  # type: ignore[arg-type]
+    return CacheMark(ttl=ttl if ttl in ("5m", "1h") else None, client=True)
 
 
 def is_media(mime: str) -> bool:
