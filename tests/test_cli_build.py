@@ -1,0 +1,113 @@
+"""`kilo-rules plan`, `build`, `demo`, `models` and `schema` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kilo_rules.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SESSION = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"
+
+
+def test_plan_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "openai/gpt-5"]) == 0
+    out = capsys.readouterr().out
+    assert "budget.usable" in out and "252000" in out
+    assert "family prompt: gpt" in out
+    assert (
+        main(["plan", "--model", "openai/gpt-5", "--json", "--config", "output_token_max=8000"])
+        == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["values"]["output.configured"]["value"] == 8000
+    assert data["values"]["budget.usable"]["at"].endswith("kilo-default.yaml:40:11")
+
+
+def test_plan_with_an_inline_model_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = tmp_path / "m.yaml"
+    m.write_text(
+        "id: local/qwen\nprovider: ollama\nfamily: qwen\napi_id: qwen2.5-coder:7b\n"
+        "api: openai-compatible\nlimits: {context: 32768, output: 4096}\n",
+        encoding="utf-8",
+    )
+    assert main(["plan", "--policy", "local-small", "--model", str(m), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"]["id"] == "local/qwen"
+    assert (
+        data["values"]["overflow.limit"]["value"] == 22_937
+    )  # floor(32768 * 0.7), below usable 28672
+
+
+def test_unknown_model_is_a_diagnostic(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "openai/gpt5"]) == 1
+    assert "did you mean 'openai/gpt-5'" in capsys.readouterr().err
+
+
+def test_build_from_a_recorded_log(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "--model", "anthropic/claude-sonnet-4-5", "--session", str(SESSION)]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["model"] == "claude-sonnet-4-5-20250929" or body["model"].startswith("claude")
+    assert body["max_tokens"] == 32000
+    assert main(["build", "--model", "openai/gpt-5", "--session", str(SESSION), "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "cap.fits" in out and "request: openai wire format" in out
+    assert (
+        main(
+            [
+                "build",
+                "--model",
+                "openai/gpt-5",
+                "--session",
+                str(SESSION),
+                "--explain",
+                "--json",
+                "--provider",
+                "bedrock",
+            ]
+        )
+        == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["provider"] == "bedrock" and "toolConfig" in data["request"]
+
+
+def test_build_from_a_session_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["import", str(SESSION), "-o", str(tmp_path / "s.json")]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--model",
+                "google/gemini-2.5-pro",
+                "--session",
+                str(tmp_path / "s.json"),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert "contents" in json.loads(capsys.readouterr().out)
+
+
+def test_demo_runs_the_main_job(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "== check: bundled policies and catalog: 4 file(s), 0 error(s)" in out
+    assert "== plan" in out and "== build" in out
+    assert "mutations to persist" in out
+
+
+def test_models_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models"]) == 0
+    assert "anthropic/claude-sonnet-4-5" in capsys.readouterr().out
+    assert main(["schema", "session"]) == 0
+    assert json.loads(capsys.readouterr().out)["$id"].endswith("session.v1.json")
+    assert main(["schema", "--check"]) == 0
+    assert main(["schema", "nope"]) == 2
