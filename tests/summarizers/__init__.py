@@ -1,0 +1,1 @@
+"""Tests of kilo_rules.summarizers."""
