@@ -1,0 +1,210 @@
+"""The runtime facade: one call per agent step, compaction included.
+
+``Plan.apply`` builds one request and says whether Kilo would compact first; it does not
+compact, because compaction calls a summarizer. :class:`Runtime` closes the loop the way
+Kilo's prompt loop does (spec §8): normal prune when the policy opts in, apply, and — when
+the usage count reached the limit, the preflight estimate did, or the provider rejected the
+last request as too long (:meth:`Runtime.overflowed`) — compact, persist, apply again. At
+most ``compaction.max_attempts`` compactions run per user turn; one more is a
+:class:`~kilo_rules.errors.ContextOverflowError` ("Compaction exhausted: …").
+
+A minimal agent loop is in ``docs/compaction.md``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ContextOverflowError, Diagnostic, Location
+from ..session import Message, Session
+from .apply import Decision, TurnResult
+from .compaction import compact, prune_settings
+from .context import StepInput
+from .history import compaction_part, project
+from .mutations import apply_mutations
+from .prune import prune
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+    from ..summarize import Summarizer
+    from ..tokens import TokenCounter
+
+__all__ = ["Runtime", "StepResult"]
+
+_ADDED = ("compaction-request", "compaction-summary", "compaction-continue", "compaction-replay")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step: the request to send, every decision and mutation, the updated session."""
+
+    request: dict[str, Any]
+    decisions: list[Decision]
+    mutations: list[dict[str, Any]]
+    session: Session  # ``session`` with ``mutations`` applied
+    turn: TurnResult  # the final apply (provider, model request, warnings)
+    compactions: int = 0
+
+
+def _turn_key(session: Session) -> str:
+    """The user message that opened the current turn (what Kilo's prompt loop runs for):
+    the newest user message that compaction did not add."""
+    for m in reversed(session.messages):
+        if (
+            m.role == "user"
+            and compaction_part(m) is None
+            and m.metadata.get("kilo_rules") not in _ADDED
+        ):
+            return m.id
+    return ""
+
+
+def _newest_finished(messages: list[Message]) -> Message | None:
+    """The chronologically newest finished assistant, summaries included (Kilo's
+    ``latest().finished``): after a compaction it is the summary, which is not checked."""
+    done = [m for m in messages if m.role == "assistant" and m.finish is not None]
+    return max(done, key=lambda m: (m.created, m.id)) if done else None
+
+
+class Runtime:
+    """Apply a plan step after step, compacting when the policy says so.
+
+    ``summarizer`` defaults to the offline extractive one; ``counter`` to the counter the
+    policy names (``tokens.counter``). Attempts are counted in memory per session id, so
+    one Runtime can serve many sessions (thread-safe)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        summarizer: Summarizer | None = None,
+        *,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        self.plan = plan
+        self._summarizer = summarizer
+        if counter is None:
+            from ..tokens import counter_for
+
+            spec = plan.setting("tokens.counter") or "estimate"
+            if spec == "model":
+                spec = plan.model.tokenizer
+            counter, _ = counter_for(spec, factor=float(plan.setting("tokens.safety_factor") or 1))
+        self.counter = counter
+        self._lock = threading.Lock()
+        self._attempts: dict[str, tuple[str, int]] = {}
+        self._overflowed: set[str] = set()
+
+    @property
+    def summarizer(self) -> Summarizer:
+        """The summarizer in use (the extractive one unless one was given)."""
+        if self._summarizer is None:
+            from ..summarizers import ExtractiveSummarizer
+
+            self._summarizer = ExtractiveSummarizer()
+        return self._summarizer
+
+    def overflowed(self, session: Session) -> None:
+        """Report that the provider rejected the last request of ``session`` as too long:
+        the next :meth:`step` compacts in overflow mode (replay, media placeholders)."""
+        with self._lock:
+            self._overflowed.add(session.id)
+
+    def attempts(self, session: Session) -> int:
+        """Compactions run so far in the current user turn of ``session``."""
+        with self._lock:
+            key, n = self._attempts.get(session.id, ("", 0))
+        return n if key == _turn_key(session) else 0
+
+    def _count_attempt(self, session: Session) -> None:
+        limit = int(self.plan.setting("compaction.max_attempts") or 0)
+        key = _turn_key(session)
+        with self._lock:
+            old_key, n = self._attempts.get(session.id, ("", 0))
+            n = n if old_key == key else 0
+            if limit and n >= limit:
+                raise ContextOverflowError(
+                    Diagnostic(
+                        "runtime.compaction_exhausted",
+                        f"Compaction exhausted: context still exceeds model limits after "
+                        f"{n} attempts",
+                        self._where("compaction.max_attempts"),
+                        details={"session": session.id, "turn": key, "attempts": n},
+                    )
+                )
+            self._attempts[session.id] = (key, n + 1)
+
+    def _where(self, dotted: str) -> Location:
+        try:
+            return self.plan.locate(dotted)
+        except Exception:  # an engine default has no place in the policy
+            return Location(self.plan.policy_file, 1, 1)
+
+    def _decide(
+        self, rule: str, setting: str | None, inputs: dict[str, Any], result: Any
+    ) -> Decision:
+        at = str(self._where(setting)) if setting else None
+        return Decision("compaction", rule, at, inputs, result)
+
+    def _reason(self, session: Session, result: TurnResult, ds: list[Decision]) -> str | None:
+        with self._lock:
+            provider = session.id in self._overflowed
+            self._overflowed.discard(session.id)
+        if provider:
+            return "provider"
+        if result.compaction_needed == "overflow":
+            newest = _newest_finished(project(session.messages))
+            if newest is not None and newest.summary:
+                ds.append(
+                    self._decide(
+                        "overflow.after-summary",
+                        "overflow.limit",
+                        {"newest_finished": newest.id},
+                        "not checked: the newest finished assistant is a summary",
+                    )
+                )
+                return None
+        return result.compaction_needed
+
+    def step(self, session: Session, step_input: StepInput | None = None) -> StepResult:
+        """The request for the next step of ``session``, compacting first if needed."""
+        step_input = step_input or StepInput()
+        decisions: list[Decision] = []
+        mutations: list[dict[str, Any]] = []
+        settings = prune_settings(self.plan)
+        if settings.allows("normal"):
+            pruned = prune(session.messages, settings, self.counter.count, "normal")
+            now = max((m.created for m in session.messages), default=0)
+            decisions.append(
+                self._decide(
+                    "prune.normal",
+                    "prune.reasons.normal",
+                    {},
+                    {"parts": len(pruned.parts), "tokens": pruned.pruned_tokens},
+                )
+            )
+            if pruned.parts:
+                mutations.extend(pruned.mutations(now))
+                session = apply_mutations(session, pruned.mutations(now))
+        result = self.plan.apply(session, step_input)
+        compactions = 0
+        reason = self._reason(session, result, decisions)
+        while reason is not None:
+            self._count_attempt(session)
+            decisions.extend(result.decisions)
+            overflow = {"provider": True, "preflight": False}.get(reason)
+            done = compact(
+                self.plan, session, self.summarizer, overflow=overflow, count=self.counter.count
+            )
+            decisions.extend(done.decisions)
+            mutations.extend(result.mutations)
+            mutations.extend(done.mutations)
+            session = apply_mutations(session, [*result.mutations, *done.mutations])
+            compactions += 1
+            result = self.plan.apply(session, step_input)
+            reason = self._reason(session, result, decisions)
+        decisions.extend(result.decisions)
+        mutations.extend(result.mutations)
+        session = apply_mutations(session, result.mutations)
+        return StepResult(result.request, decisions, mutations, session, result, compactions)
