@@ -214,17 +214,19 @@ _FACTS = {
         r"(?<![\w/.-])(?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|ts|js|tsx|"
         r"jsx|go|rs|java|rb|md|json|ya?ml|toml|txt|sh|cfg|ini|sql|html|css)\b"
     ),
-    "commands": re.compile(r"`([^`\n]{2,200})`"),
+    "commands": re.compile(r"`([^`\n]{1,200})`"),
     "errors": re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b(?::[^\n`]{0,120})?"),
 }
 
 
 def facts(text: str) -> dict[str, set[str]]:
-    """Paths, inline-code commands and error strings mentioned in a summary."""
-    return {
+    """Paths, commands (inline code with a space) and error strings a summary mentions."""
+    out = {
         k: {m.group(m.lastindex or 0).strip() for m in rx.finditer(text)}
         for k, rx in _FACTS.items()
     }
+    out["commands"] = {c for c in out["commands"] if " " in c}  # a bare `name` is a path or id
+    return out
 
 
 def drift(previous: str, current: str) -> dict[str, Any]:
