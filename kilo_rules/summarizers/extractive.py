@@ -78,7 +78,9 @@ class ExtractiveSummarizer:
             merged = fresh
         else:
             merged = _dedupe(old + fresh)
-        merged = [clip(b, self.max_bullet_chars) for b in merged]
+        # A bullet is one line: a stray line break in a recorded value must not start a
+        # line of its own (it could even read as a heading).
+        merged = [clip(" ".join(b.splitlines()), self.max_bullet_chars) for b in merged]
         if len(merged) <= limit:
             return merged
         if key in _KEEP_FIRST:
