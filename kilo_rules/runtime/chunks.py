@@ -83,11 +83,11 @@ def small_model(plan: Plan, output_max: int) -> SmallModel:
     own ``budget.usable`` rule then says what the window becomes."""
     from ..compile import compile_policy
 
-    flag = plan.config.get("output_token_max")
+    # plan.config holds the compile config under ``config.<key>`` names.
+    config = {k.removeprefix("config."): v for k, v in plan.config.items() if v is not None}
+    flag = config.get("output_token_max")
     cap = min(output_max, int(flag)) if flag is not None else output_max
-    small = compile_policy(
-        plan.policy_file, plan.model, config={**plan.config, "output_token_max": cap}
-    )
+    small = compile_policy(plan.policy_file, plan.model, config={**config, "output_token_max": cap})
     return SmallModel(
         int(small.value("budget.usable")), int(small.value("output.configured") or cap)
     )
