@@ -38,6 +38,18 @@ _OVERFLOW_WORDS = (
 )
 
 
+class _StatusError(SummarizerError):
+    """An HTTP error status; carries what the retry loop needs."""
+
+    def __init__(
+        self, message: str, *, retryable: bool, overflow: bool, status: int,
+        retry_after: float | None,
+    ) -> None:
+        super().__init__(message, retryable=retryable, overflow=overflow)
+        self.status = status
+        self.retry_after = retry_after
+
+
 class HttpSummarizer:
     """A :class:`~kilo_rules.summarize.Summarizer` backed by a chat endpoint.
 
@@ -144,37 +156,40 @@ class HttpSummarizer:
             return self._attempts(client, body)
 
     def _attempts(self, client: httpx.Client, body: dict[str, Any]) -> str:
-        error: SummarizerError | None = None
-        for attempt in range(1, self.attempts + 1):
-            wait: float | None = None
+        attempt = 1
+        while True:
             try:
-                response = client.post(
-                    self.url, json=body, headers=self.request_headers(), timeout=self.timeout
-                )
-            except httpx.TimeoutException as exc:
-                error = SummarizerError(
-                    f"{self._where()}: timed out ({type(exc).__name__})", retryable=True)
-            except httpx.TransportError as exc:
-                error = SummarizerError(
-                    f"{self._where()}: request failed: {self._redact(str(exc))}",
-                    retryable=True)
-            else:
-                if response.is_success:
-                    return self._text(response)
-                error = self._status_error(response)
-                wait = _retry_after(response)
-            if not error.retryable or attempt == self.attempts:
-                break
-            delay = self._delay(attempt) if wait is None else min(wait, self.max_retry_after)
-            _log.info("%s; attempt %d of %d, retrying in %.2fs",
-                      error, attempt, self.attempts, delay)
+                return self._post(client, body)
+            except SummarizerError as error:
+                if not error.retryable or attempt >= self.attempts:
+                    if error.retryable and self.attempts > 1:
+                        raise SummarizerError(
+                            f"{error} (gave up after {self.attempts} attempts)",
+                            retryable=True, overflow=error.overflow) from None
+                    raise
+                wait = error.retry_after if isinstance(error, _StatusError) else None
+                delay = self._delay(attempt) if wait is None else min(
+                    wait, self.max_retry_after)
+                _log.info("%s; attempt %d of %d, retrying in %.2fs",
+                          error, attempt, self.attempts, delay)
             self._sleep(delay)
-        assert error is not None  # the loop runs at least once and only breaks on an error
-        if error.retryable and self.attempts > 1:
+            attempt += 1
+
+    def _post(self, client: httpx.Client, body: dict[str, Any]) -> str:
+        """One attempt: the reply's text, or a SummarizerError saying what went wrong."""
+        try:
+            response = client.post(
+                self.url, json=body, headers=self.request_headers(), timeout=self.timeout)
+        except httpx.TimeoutException as exc:
             raise SummarizerError(
-                f"{error} (gave up after {self.attempts} attempts)",
-                retryable=True, overflow=error.overflow)
-        raise error
+                f"{self._where()}: timed out ({type(exc).__name__})", retryable=True) from None
+        except httpx.TransportError as exc:
+            raise SummarizerError(
+                f"{self._where()}: request failed: {self._redact(str(exc))}",
+                retryable=True) from None
+        if not response.is_success:
+            raise self._status_error(response)
+        return self._text(response)
 
     def _delay(self, attempt: int) -> float:
         # "Equal jitter": half the exponential step is fixed, half random, so concurrent
@@ -188,16 +203,18 @@ class HttpSummarizer:
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, "[api key]") if self._api_key else text
 
-    def _status_error(self, response: httpx.Response) -> SummarizerError:
+    def _status_error(self, response: httpx.Response) -> _StatusError:
         status = response.status_code
         detail = self._redact(_provider_message(response))
         low = detail.lower()
         overflow = status == 413 or (
             status == 400 and any(w in low for w in _OVERFLOW_WORDS))
-        return SummarizerError(
+        return _StatusError(
             f"{self._where()}: HTTP {status}" + (f": {detail}" if detail else ""),
             retryable=status in _RETRY_STATUS or status >= 500,
             overflow=overflow,
+            status=status,
+            retry_after=_retry_after(response),
         )
 
     def _text(self, response: httpx.Response) -> str:

@@ -285,3 +285,20 @@ def test_bad_arguments() -> None:
         HttpSummarizer("http://x", "m", kind="gemini")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="attempts"):
         HttpSummarizer("http://x", "m", attempts=0)
+
+
+def test_retry_after_as_an_http_date(server: ScriptedServer) -> None:
+    from email.utils import formatdate
+
+    server.script(Reply(429, {}, {"Retry-After": formatdate(0, usegmt=True)}), ok("openai"))
+    sleeps = Sleeps()
+    make(server, "openai", sleeps).summarize(REQUEST)
+    assert sleeps == [0.0]  # a date in the past means "now"
+
+
+def test_public_api_is_sorted_and_documented() -> None:
+    import kilo_rules.summarizers as pkg
+
+    assert list(pkg.__all__) == sorted(pkg.__all__)
+    for name in pkg.__all__:
+        assert (getattr(pkg, name).__doc__ or "").strip() or name.isupper(), name
