@@ -1,0 +1,107 @@
+"""Replaying a recorded session step by step under a plan, with the runtime facade.
+
+The recorded messages are fed in the order the agent wrote them. Before each assistant
+message the runtime builds the request the agent would have sent; the assistant message is
+then appended with the usage a provider would have reported *for that request* (its
+estimated input plus the recorded output), because the recorded usage belongs to the
+original, uncompacted context. A request larger than the window is rejected the way a
+provider would (``Runtime.overflowed``) and the step is retried.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kilo_rules.plan import Plan
+from kilo_rules.runtime.apply import last_finished, usage_count
+from kilo_rules.runtime.facade import Runtime
+from kilo_rules.runtime.history import compaction_part, completed_compactions, project
+from kilo_rules.runtime.measure import measure
+from kilo_rules.runtime.mutations import apply_mutations
+from kilo_rules.session import Message, Session, TokenUsage
+from kilo_rules.summarize import Summarizer
+from kilo_rules.tokens import estimate
+
+
+@dataclass
+class Replay:
+    """What happened during a replay."""
+
+    steps: int = 0
+    compactions: int = 0
+    provider_overflows: int = 0
+    max_request: int = 0
+    mutations: list[dict[str, Any]] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)  # trigger disagreed with Kilo's rule
+    recorded: list[Message] = field(default_factory=list)  # the log as this run wrote it
+    session: Session | None = None
+
+
+def without_recorded_compactions(session: Session) -> Session:
+    """The session minus compactions the original agent made (request + summary)."""
+    drop = {
+        session.messages[i].id for pair in completed_compactions(session.messages) for i in pair
+    }
+    drop |= {m.id for m in session.messages if compaction_part(m) is not None}
+    return session.model_copy(
+        update={"messages": [m for m in session.messages if m.id not in drop]}
+    )
+
+
+def request_tokens(result: Any) -> int:
+    """Estimated input of a built request: messages (system included) and tools."""
+    req = result.turn.model_request
+    return measure(req.messages, req.tools, factor=1.0, counter=estimate).raw
+
+
+def _kilo_says_compact(plan: Plan, session: Session) -> bool:
+    view = project(session.messages)
+    done = [m for m in view if m.role == "assistant" and m.finish is not None]
+    if not done or max(done, key=lambda m: (m.created, m.id)).summary:
+        return False
+    last = last_finished(view)
+    fields = plan.setting("overflow.count")
+    return last is not None and usage_count(last.tokens, fields) >= plan.value("overflow.limit")
+
+
+def replay(original: Session, plan: Plan, summarizer: Summarizer) -> Replay:
+    """Grow ``original`` message by message under ``plan``; see the module docstring."""
+    window = plan.model.limits.context
+    runtime = Runtime(plan, summarizer)
+    out = Replay()
+    live = original.model_copy(update={"messages": []})
+    for msg in original.messages:
+        if msg.role == "user":
+            live = live.model_copy(update={"messages": [*live.messages, msg]})
+            out.recorded.append(msg)
+            continue
+        expected = _kilo_says_compact(plan, live)
+        result = runtime.step(live)
+        if (result.compactions > 0) != expected:
+            out.mismatches.append(f"{msg.id}: compacted={result.compactions} expected={expected}")
+        size = request_tokens(result)
+        while size > window:  # the provider rejects it: compact in overflow mode, retry
+            out.provider_overflows += 1
+            out.compactions += result.compactions
+            out.mutations.extend(result.mutations)
+            runtime.overflowed(result.session)
+            result = runtime.step(result.session)
+            size = request_tokens(result)
+        out.steps += 1
+        out.compactions += result.compactions
+        out.mutations.extend(result.mutations)
+        out.max_request = max(out.max_request, size)
+        output = msg.tokens.output if msg.tokens else 0
+        answered: Message = msg.model_copy(update={"tokens": TokenUsage(input=size, output=output)})
+        out.recorded.append(answered)
+        live = result.session.model_copy(update={"messages": [*result.session.messages, answered]})
+    out.session = live
+    return out
+
+
+def persisted(original: Session, report: Replay) -> Session:
+    """The final session rebuilt from nothing but the recorded messages and the mutations
+    (proves the mutations alone persist everything the runtime decided)."""
+    base = original.model_copy(update={"messages": report.recorded})
+    return apply_mutations(base, report.mutations)
