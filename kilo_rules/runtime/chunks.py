@@ -1,5 +1,8 @@
 """Writing the summary of a compaction's head: one request, or chunks and a reduce.
 
+Also here: the summary input's lowering settings, the instruction (new or rolling update,
+plus the policy's template file) and the drift report of a rolling update.
+
 Kilo sends the whole head to the summarizer in one request unless that request would not
 fit the model (``compaction-chunks.ts``, spec §7.5): the need test is
 ``ceil(estimate(headJSON) × factor) + out' > usable(model')`` where ``model'`` is the same
@@ -12,15 +15,21 @@ at most ``max_reduce_depth``. A single-shot summary that the provider rejects as
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import Diagnostic, Location, PolicyError
 from ..summarize import Summarizer, SummarizerError, SummaryRequest
 from ..truncate import truncate_for_summary
+from .lower import LowerSettings
 from .measure import messages_json
 from .messages import Media, ModelMessage, Part, Reasoning, Text, ToolCall, ToolResult
 
@@ -28,6 +37,8 @@ if TYPE_CHECKING:
     from ..plan import Plan
 
 Count = Callable[[str], int]
+
+_DEFAULT_LOWER = LowerSettings()
 
 #: How chunk summaries are handed to a merge request (engine wording, not a policy knob).
 MERGE_ITEM = '<partial-summary part="{index}" of="{total}">\n{text}\n</partial-summary>'
@@ -280,3 +291,89 @@ def write_summary(
         count=count,
     )
     return text, {**how, **info}
+
+
+def lower_settings(plan: Plan, **changes: Any) -> LowerSettings:
+    """Lowering as the request does it, for estimating turns and building the summary input."""
+    table = plan.setting("lowering.media_in_tool_results") or {}
+    base = LowerSettings(
+        placeholder=plan.setting("prune.placeholder") or _DEFAULT_LOWER.placeholder,
+        compaction_request=plan.setting("compaction.summary.request_text")
+        or _DEFAULT_LOWER.compaction_request,
+        media_in_tool_results=bool(
+            table.get(plan.model.provider, plan.model.media_in_tool_results)
+        ),
+        media_placeholder=plan.setting("lowering.media_placeholder")
+        or _DEFAULT_LOWER.media_placeholder,
+        drop_errored_assistant=bool(plan.setting("lowering.drop_errored_assistant", True)),
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def read_template(plan: Plan) -> str:
+    """The summary template text: the file ``compaction.summary.template`` names, relative to
+    the policy file that declares it."""
+    name = plan.setting("compaction.summary.template")
+    if not name:
+        return ""
+    base = Path(plan.locate("compaction.summary.template").file).parent
+    return _read(str(base / str(name)))
+
+
+@functools.lru_cache(maxsize=32)
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise PolicyError(
+            Diagnostic(
+                "compaction.template",
+                f"cannot read summary template: {exc.strerror}",
+                Location(path, 1, 1),
+            )
+        ) from None
+
+
+def instructions(plan: Plan, previous: str | None) -> tuple[str, str, str]:
+    """(instruction for this summary, instruction for a new summary, the template)."""
+    template = read_template(plan)
+    new = plan.setting("compaction.summary.new_instruction") or ""
+    update = plan.setting("compaction.summary.update_instruction") or ""
+    first = new if previous is None else update.replace("{previous}", previous)
+
+    def join(head: str) -> str:
+        return "\n\n".join(x for x in (head, template) if x)
+
+    return join(first), join(new), template
+
+
+_FACTS = {
+    "paths": re.compile(
+        r"(?<![\w/.-])(?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|ts|js|tsx|"
+        r"jsx|go|rs|java|rb|md|json|ya?ml|toml|txt|sh|cfg|ini|sql|html|css)\b"
+    ),
+    "commands": re.compile(r"`([^`\n]{1,200})`"),
+    "errors": re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b(?::[^\n`]{0,120})?"),
+}
+
+
+def facts(text: str) -> dict[str, set[str]]:
+    """Paths, commands (inline code with a space) and error strings a summary mentions."""
+    out = {
+        k: {m.group(m.lastindex or 0).strip() for m in rx.finditer(text)}
+        for k, rx in _FACTS.items()
+    }
+    out["commands"] = {c for c in out["commands"] if " " in c}  # a bare `name` is a path or id
+    return out
+
+
+def drift(previous: str, current: str) -> dict[str, Any]:
+    """What of the previous summary's exact facts the new one still carries."""
+    out: dict[str, Any] = {}
+    retained = dropped = 0
+    for kind, items in facts(previous).items():
+        lost = sorted(x for x in items if x not in current)
+        retained += len(items) - len(lost)
+        dropped += len(lost)
+        out[kind] = {"retained": len(items) - len(lost), "dropped": lost[:20]}
+    return {"retained": retained, "dropped": dropped, **out}

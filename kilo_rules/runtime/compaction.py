@@ -15,19 +15,15 @@ summary the new one no longer mentions.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Diagnostic, Location, PolicyError
 from ..session import CompactionPart, FilePart, Message, Session, TextPart
 from ..summarize import Summarizer, SummaryRequest
 from .apply import Decision
-from .chunks import write_summary
+from .chunks import drift, instructions, lower_settings, write_summary
 from .history import Turn, compaction_part, completed_compactions, project, turns
 from .inject import is_env_part
 from .lower import LowerSettings, is_media, lower
@@ -58,23 +54,6 @@ def _decide(
     plan: Plan, rule: str, setting: str | None, inputs: dict[str, Any], result: Any
 ) -> Decision:
     return Decision("compaction", rule, _at(plan, setting) if setting else None, inputs, result)
-
-
-def lower_settings(plan: Plan, **changes: Any) -> LowerSettings:
-    """Lowering as the request does it, for estimating turns and building the summary input."""
-    table = plan.setting("lowering.media_in_tool_results") or {}
-    base = LowerSettings(
-        placeholder=plan.setting("prune.placeholder") or _DEFAULT_LOWER.placeholder,
-        compaction_request=plan.setting("compaction.summary.request_text")
-        or _DEFAULT_LOWER.compaction_request,
-        media_in_tool_results=bool(
-            table.get(plan.model.provider, plan.model.media_in_tool_results)
-        ),
-        media_placeholder=plan.setting("lowering.media_placeholder")
-        or _DEFAULT_LOWER.media_placeholder,
-        drop_errored_assistant=bool(plan.setting("lowering.drop_errored_assistant", True)),
-    )
-    return dataclasses.replace(base, **changes)
 
 
 def preserve_budget(plan: Plan) -> int:
@@ -209,38 +188,6 @@ def summary_body(msg: Message) -> str:
     )
 
 
-_FACTS = {
-    "paths": re.compile(
-        r"(?<![\w/.-])(?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|ts|js|tsx|"
-        r"jsx|go|rs|java|rb|md|json|ya?ml|toml|txt|sh|cfg|ini|sql|html|css)\b"
-    ),
-    "commands": re.compile(r"`([^`\n]{1,200})`"),
-    "errors": re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b(?::[^\n`]{0,120})?"),
-}
-
-
-def facts(text: str) -> dict[str, set[str]]:
-    """Paths, commands (inline code with a space) and error strings a summary mentions."""
-    out = {
-        k: {m.group(m.lastindex or 0).strip() for m in rx.finditer(text)}
-        for k, rx in _FACTS.items()
-    }
-    out["commands"] = {c for c in out["commands"] if " " in c}  # a bare `name` is a path or id
-    return out
-
-
-def drift(previous: str, current: str) -> dict[str, Any]:
-    """What of the previous summary's exact facts the new one still carries."""
-    out: dict[str, Any] = {}
-    retained = dropped = 0
-    for kind, items in facts(previous).items():
-        lost = sorted(x for x in items if x not in current)
-        retained += len(items) - len(lost)
-        dropped += len(lost)
-        out[kind] = {"retained": len(items) - len(lost), "dropped": lost[:20]}
-    return {"retained": retained, "dropped": dropped, **out}
-
-
 class _Ids:
     """Deterministic ids that sort after every existing one (suffixes of the largest id)."""
 
@@ -280,41 +227,17 @@ def _replay_message(plan: Plan, ids: _Ids, original: Message, overflow: bool | N
     )
 
 
-def read_template(plan: Plan) -> str:
-    """The summary template text: the file ``compaction.summary.template`` names, relative to
-    the policy file that declares it."""
-    name = plan.setting("compaction.summary.template")
-    if not name:
-        return ""
-    base = Path(plan.locate("compaction.summary.template").file).parent
-    return _read(str(base / str(name)))
-
-
-@functools.lru_cache(maxsize=32)
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise PolicyError(
-            Diagnostic(
-                "compaction.template",
-                f"cannot read summary template: {exc.strerror}",
-                Location(path, 1, 1),
-            )
-        ) from None
-
-
-def _instruction(plan: Plan, previous: str | None) -> tuple[str, str, str]:
-    """(instruction for this summary, instruction for a new summary, the template)."""
-    template = read_template(plan)
-    new = plan.setting("compaction.summary.new_instruction") or ""
-    update = plan.setting("compaction.summary.update_instruction") or ""
-    first = new if previous is None else update.replace("{previous}", previous)
-
-    def join(head: str) -> str:
-        return "\n\n".join(x for x in (head, template) if x)
-
-    return join(first), join(new), template
+def _continue_message(plan: Plan, ids: _Ids, overflow: bool | None) -> Message:
+    text = plan.setting("compaction.continue_text") or ""
+    preamble = plan.setting("compaction.overflow_preamble")
+    if overflow is True and preamble:
+        text = f"{preamble}\n\n{text}"
+    mid, created = ids.next()
+    # Kilo marks the part; the message carries the flag too for stores without part metadata.
+    flag = {"compaction_continue": True}
+    part = TextPart(id=f"{mid}-p1", text=text, synthetic=True, metadata=flag)
+    meta = {"kilo_rules": KIND_CONTINUE, **flag}
+    return Message(id=mid, role="user", created=created, metadata=meta, parts=[part])
 
 
 def compact(
@@ -325,6 +248,10 @@ def compact(
     ``overflow``: True after a provider overflow error, False for the preflight estimate,
     None for the usage-count check (Kilo's ``compaction.create({auto: true})``)."""
     decisions: list[Decision] = []
+
+    def note(rule: str, setting: str | None, inputs: dict[str, Any], result: Any) -> None:
+        decisions.append(_decide(plan, rule, setting, inputs, result))
+
     view = project(session.messages)
     pairs = completed_compactions(view)
     hidden = {i for pair in pairs for i in pair}
@@ -334,149 +261,64 @@ def compact(
     if overflow is not None and plan.setting("compaction.replay"):
         replay, history = _pull_replay(history)
     if not history:
-        decisions.append(_decide(plan, "nothing-to-compact", None, {}, None))
+        note("nothing-to-compact", None, {}, None)
         return CompactionResult([], decisions, "", None, None)
     sel = select(history, plan, count)
-    decisions.append(
-        _decide(
-            plan,
-            "select",
-            "compaction.tail_turns",
-            {
-                "history": len(history),
-                "budget": preserve_budget(plan),
-                "tail_turns": plan.setting("compaction.tail_turns"),
-            },
-            {"head": len(sel.head), "tail_start_id": sel.tail_start_id},
-        )
+    budget, tail_turns = preserve_budget(plan), plan.setting("compaction.tail_turns")
+    inputs = {"history": len(history), "budget": budget, "tail_turns": tail_turns}
+    note(
+        "select",
+        "compaction.tail_turns",
+        inputs,
+        {"head": len(sel.head), "tail": sel.tail_start_id},
     )
+
     previous = summary_body(previous_msg) if previous_msg is not None else None
-    instruction, new_instruction, template = _instruction(plan, previous)
-    head = lower(
-        sel.head,
-        lower_settings(
-            plan,
-            strip_all_media=bool(plan.setting("compaction.summary.strip_media", True)),
-            tool_output_max_chars=plan.setting("compaction.summary.tool_output_max_chars"),
-        ),
+    instruction, new_instruction, template = instructions(plan, previous)
+    strip = bool(plan.setting("compaction.summary.strip_media", True))
+    cap = plan.setting("compaction.summary.tool_output_max_chars")
+    head = tuple(
+        lower(sel.head, lower_settings(plan, strip_all_media=strip, tool_output_max_chars=cap))
     )
     out_tokens = int(plan.value("output.configured") or plan.model.limits.output or 0)
-    request = SummaryRequest(instruction, tuple(head), out_tokens, previous, template)
     body, how = write_summary(
         plan,
-        request,
-        new_request=SummaryRequest(new_instruction, tuple(head), out_tokens, None, template),
+        SummaryRequest(instruction, head, out_tokens, previous, template),
+        new_request=SummaryRequest(new_instruction, head, out_tokens, None, template),
         update_instruction=plan.setting("compaction.summary.update_instruction") or "",
         summarizer=summarizer,
         count=count,
     )
-    decisions.append(
-        _decide(
-            plan,
-            "summary",
-            "compaction.summary",
-            {"head_messages": len(head), "rolling": previous is not None},
-            {**how, "chars": len(body)},
-        )
-    )
+    inputs = {"head_messages": len(head), "rolling": previous is not None}
+    note("summary", "compaction.summary", inputs, {**how, "chars": len(body)})
     if previous is not None:
-        decisions.append(
-            _decide(plan, "drift", None, {"previous_chars": len(previous)}, drift(previous, body))
-        )
+        note("drift", None, {"previous_chars": len(previous)}, drift(previous, body))
     pins = _pins(plan, history if sel.tail_start_id is None else sel.head, previous_msg)
     for layer in (p.get("layer") for p in plan.setting("compaction.pin") or []):
         if layer:
-            present = any(x.id == layer for x in plan.layers)
-            decisions.append(
-                _decide(
-                    plan,
-                    "pin.layer",
-                    "compaction.pin",
-                    {"layer": layer},
-                    "re-sent" if present else "no such layer",
-                )
-            )
+            sent = "re-sent" if any(x.id == layer for x in plan.layers) else "no such layer"
+            note("pin.layer", "compaction.pin", {"layer": layer}, sent)
+    if pins:
+        note("pin", "compaction.pin", {}, {"messages": [p["id"] for p in pins]})
 
     ids = _Ids(session)
     req_id, req_time = ids.next()
-    request_msg = Message(
-        id=req_id,
-        role="user",
-        created=req_time,
-        metadata={"kilo_rules": KIND_REQUEST},
-        parts=[
-            CompactionPart(
-                id=f"{req_id}-p1", auto=True, overflow=overflow, tail_start_id=sel.tail_start_id
-            )
-        ],
+    part = CompactionPart(
+        id=f"{req_id}-p1", auto=True, overflow=overflow, tail_start_id=sel.tail_start_id
     )
-    sum_id, sum_time = ids.next()
-    parts = [TextPart(id=f"{sum_id}-p1", text=body)]
-    if pins:
-        parts.append(
-            TextPart(
-                id=f"{sum_id}-p2",
-                text=pinned_section(pins),
-                metadata={"kilo_rules": PIN_MARK, "pins": pins},
-            )
-        )
-        decisions.append(
-            _decide(plan, "pin", "compaction.pin", {}, {"messages": [p["id"] for p in pins]})
-        )
-    summary_msg = Message(
-        id=sum_id,
-        role="assistant",
-        created=sum_time,
-        parts=parts,
-        summary=True,
-        finish="stop",
-        parent_id=req_id,
-        agent="compaction",
-        metadata={"kilo_rules": KIND_SUMMARY},
-    )
-    added = [request_msg, summary_msg]
+    meta = {"kilo_rules": KIND_REQUEST}
+    added = [Message(id=req_id, role="user", created=req_time, metadata=meta, parts=[part])]
+    added.append(_summary_message(ids, req_id, body, pins))
     if replay is not None:
         added.append(_replay_message(plan, ids, replay, overflow))
-        decisions.append(
-            _decide(
-                plan,
-                "replay",
-                "compaction.replay",
-                {"overflow": overflow},
-                {"replayed": replay.id, "as": added[-1].id},
-            )
-        )
+        replay_note = {"replayed": replay.id, "as": added[-1].id}
+        note("replay", "compaction.replay", {"overflow": overflow}, replay_note)
     else:
-        text = plan.setting("compaction.continue_text") or ""
-        if overflow is True and plan.setting("compaction.overflow_preamble"):
-            text = f"{plan.setting('compaction.overflow_preamble')}\n\n{text}"
-        cid, ctime = ids.next()
-        added.append(
-            Message(
-                id=cid,
-                role="user",
-                created=ctime,
-                metadata={"kilo_rules": KIND_CONTINUE, "compaction_continue": True},
-                parts=[
-                    TextPart(
-                        id=f"{cid}-p1",
-                        text=text,
-                        synthetic=True,
-                        metadata={"compaction_continue": True},
-                    )
-                ],
-            )
-        )
-        decisions.append(
-            _decide(plan, "continue", "compaction.continue_text", {"overflow": overflow}, cid)
-        )
+        added.append(_continue_message(plan, ids, overflow))
+        note("continue", "compaction.continue_text", {"overflow": overflow}, added[-1].id)
     mutations: list[dict[str, Any]] = [
-        {
-            "op": "add_message",
-            "message": m.model_dump(mode="json"),
-            "time": m.created,
-            "reason": str(m.metadata["kilo_rules"]),
-        }
+        {"op": "add_message", "message": m.model_dump(mode="json"), "time": m.created}
+        | {"reason": str(m.metadata["kilo_rules"])}
         for m in added
     ]
 
@@ -484,22 +326,29 @@ def compact(
     after = project([*session.messages, *added])
     pruned = prune(after, prune_settings(plan), count, "post-compaction")
     mutations.extend(pruned.mutations(ids.time + ids.n))
-    decisions.append(
-        _decide(
-            plan,
-            "prune.post-compaction",
-            "prune.reasons.post_compaction",
-            {},
-            {"parts": len(pruned.parts), "tokens": pruned.pruned_tokens, "notes": pruned.notes},
-        )
-    )
-    return CompactionResult(
-        mutations,
-        decisions,
-        body,
-        sel.tail_start_id,
-        added[-1].id if replay is not None else None,
-        [p["id"] for p in pins],
+    marked = {"parts": len(pruned.parts), "tokens": pruned.pruned_tokens, "notes": pruned.notes}
+    note("prune.post-compaction", "prune.reasons.post_compaction", {}, marked)
+    replayed = added[-1].id if replay is not None else None
+    pinned = [p["id"] for p in pins]
+    return CompactionResult(mutations, decisions, body, sel.tail_start_id, replayed, pinned)
+
+
+def _summary_message(ids: _Ids, parent: str, body: str, pins: list[dict[str, str]]) -> Message:
+    mid, created = ids.next()
+    parts = [TextPart(id=f"{mid}-p1", text=body)]
+    if pins:
+        meta: dict[str, Any] = {"kilo_rules": PIN_MARK, "pins": pins}
+        parts.append(TextPart(id=f"{mid}-p2", text=pinned_section(pins), metadata=meta))
+    return Message(
+        id=mid,
+        role="assistant",
+        created=created,
+        parts=parts,
+        summary=True,
+        finish="stop",
+        parent_id=parent,
+        agent="compaction",
+        metadata={"kilo_rules": KIND_SUMMARY},
     )
 
 
