@@ -1,0 +1,150 @@
+"""Runtime cost of one step on the largest recorded session.
+
+Run with ``python benchmarks/bench_runtime.py [session.jsonl]``. The session defaults to the
+largest Claude Code trajectory in ``../shared/data/trajectories`` (or the small example in
+``examples/sessions`` when that is absent). Its recorded compaction (the original agent's
+own summary) is left out, so that the request carries the whole history; the step measured
+is the largest, i.e. the request built before the last assistant message. Each figure is
+compared with a yardstick measured in the same run, so the ratios hold across machines:
+
+* cold apply (a freshly compiled plan, nothing cached) vs tiktoken-encoding all of the
+  session's text once — target ≤ 1.5×;
+* warm apply (the same step again, then the next step) vs ``json.dumps`` of the request it
+  produced — target ≤ 3×;
+* peak traced memory of one apply vs the session's size as JSON — target ≤ 3×.
+
+``--profile`` prints the functions that dominate a warm apply.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import pstats
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kilo_rules import compile as compile_module
+from kilo_rules.catalog import model_from_data
+from kilo_rules.compile import compile_policy
+from kilo_rules.importers import import_file
+from kilo_rules.plan import Plan
+from kilo_rules.runtime.context import StepInput
+from kilo_rules.runtime.history import compaction_part, completed_compactions
+from kilo_rules.session import Session, TextPart, ToolPart
+from kilo_rules.tokens import TiktokenCounter
+
+ROOT = Path(__file__).resolve().parent.parent
+LARGEST = ROOT.parent / "shared/data/trajectories/claude-code-opus46-spotter-8463c716.jsonl"
+FALLBACK = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"
+MODEL = {
+    "id": "bench/claude",
+    "provider": "anthropic",
+    "family": "claude",
+    "api_id": "claude-bench",
+    "api": "anthropic",
+    "limits": {"context": 1_000_000, "output": 64_000},  # no compaction: measure apply alone
+    "cache": {"kind": "explicit", "max_breakpoints": 4, "min_cacheable_tokens": 1024},
+}
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 5) -> float:
+    """The fastest of ``repeat`` runs, in seconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def session_texts(session: Session) -> list[str]:
+    """Every text of the session a tokenizer would see: texts, tool inputs and outputs."""
+    out: list[str] = []
+    for m in session.messages:
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                out.append(p.text)
+            elif isinstance(p, ToolPart):
+                out.append(json.dumps(p.input, ensure_ascii=False))
+                out.append(p.output)
+    return out
+
+
+def without_recorded_compactions(session: Session) -> Session:
+    """The session minus compaction requests and the summaries answering them."""
+    msgs = session.messages
+    drop = {msgs[i].id for pair in completed_compactions(msgs) for i in pair}
+    drop |= {m.id for m in msgs if compaction_part(m) is not None}
+    kept = [m for m in msgs if m.id not in drop]
+    return session.model_copy(update={"messages": kept})
+
+
+def fresh_plan() -> Plan:
+    """A plan compiled from scratch (the compile cache is emptied first)."""
+    compile_module._CACHE.clear()
+    return compile_policy("kilo-default", model_from_data(MODEL))
+
+
+def main(argv: list[str]) -> None:
+    """Print the figures (and a profile with ``--profile``)."""
+    args = [a for a in argv if not a.startswith("--")]
+    path = Path(args[0]) if args else (LARGEST if LARGEST.exists() else FALLBACK)
+    full = without_recorded_compactions(import_file(path))
+    last_assistant = max(i for i, m in enumerate(full.messages) if m.role == "assistant")
+    step = full.model_copy(update={"messages": full.messages[:last_assistant]})
+    nxt = full.model_copy(update={"messages": full.messages[: last_assistant + 1]})
+    size = len(step.model_dump_json().encode())
+    print(f"session: {path.name}: {len(step.messages)} messages, {size / 1e6:.2f} MB as JSON")
+
+    counter = TiktokenCounter("cl100k_base")
+    texts = session_texts(step)
+    tik = best_of(lambda: sum(counter.count(t) for t in texts), repeat=3)
+
+    colds = []
+    for _ in range(3):
+        plan = fresh_plan()
+        start = time.perf_counter()
+        plan.apply(step, StepInput())
+        colds.append(time.perf_counter() - start)
+    cold = min(colds)
+    plan = fresh_plan()
+    result = plan.apply(step, StepInput())
+    warm = best_of(lambda: plan.apply(step, StepInput()), repeat=9)
+    warm_next = best_of(lambda: plan.apply(nxt, StepInput()), repeat=9)
+    dumps = best_of(lambda: json.dumps(result.request), repeat=25)
+
+    tracemalloc.start()
+    plan.apply(step, StepInput())
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+
+    def row(label: str, value: float, base: float, target: float, unit: str = "ms") -> None:
+        ratio = value / base
+        ok = "ok" if ratio <= target else "MISSED"
+        shown = f"{value * 1e3:8.1f} ms" if unit == "ms" else f"{value / 1e6:8.1f} MB"
+        print(f"{label:<30} {shown}  {ratio:5.2f}x  (target <= {target}x) {ok}")
+
+    print(f"yardstick: tiktoken all text    {tik * 1e3:8.1f} ms")
+    print(f"yardstick: json.dumps(request)  {dumps * 1e3:8.1f} ms")
+    print(f"yardstick: session JSON         {size / 1e6:8.1f} MB")
+    row("cold apply vs tiktoken", cold, tik, 1.5)
+    row("warm apply (same step)", warm, dumps, 3.0)
+    row("warm apply (next step)", warm_next, dumps, 3.0)
+    row("peak memory vs session", float(peak), float(size), 3.0, unit="MB")
+
+    if "--profile" in argv:
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(5):
+            plan.apply(step, StepInput())
+        prof.disable()
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
