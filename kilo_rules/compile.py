@@ -235,7 +235,12 @@ def _stage_cache(b: _Build) -> None:
         if b.get(("cache", "when")) is not None
         else True
     )
+    shape = (b.get(("cache", "shapes")) or {}).get(b.model.api)
     provider_limit = PROVIDER_BREAKPOINT_LIMITS.get(b.model.api, 0)
+    if b.model.api == "openai" and shape == "explicit":
+        provider_limit = 4  # OpenAI's explicit prompt-cache breakpoints (GPT-5.6 and later)
+    if shape == "none":
+        provider_limit = 0
     policy_budget = b.values.get("cache.budget")
     budget = provider_limit
     if policy_budget is not None and isinstance(policy_budget.value, int):
@@ -266,6 +271,7 @@ def _stage_cache(b: _Build) -> None:
         "ttl": b.get(("cache", "ttl")),
         "skip_trailing_environment": bool(b.get(("cache", "skip_trailing_environment"))),
         "respect_automatic": bool(b.get(("cache", "respect_automatic"))),
+        "shape": shape,
     }
 
 

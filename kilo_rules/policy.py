@@ -486,6 +486,15 @@ class Cache(_Section):
     respect_automatic: bool | None = Field(
         None, description="No explicit breakpoints when automatic caching is enabled."
     )
+    shapes: (
+        dict[Literal["openai", "openai-compatible"], Literal["explicit", "cache_control", "none"]]
+        | None
+    ) = Field(
+        None,
+        description="Marker shape per wire format where it is a choice: openai 'explicit' "
+        "(prompt_cache_breakpoint, GPT-5.6 and later) or 'none'; openai-compatible "
+        "'cache_control' (forwarded to Anthropic by OpenRouter) or 'none'.",
+    )
 
 
 # --------------------------------------------------------------------------------- lowering

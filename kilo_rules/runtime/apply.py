@@ -328,7 +328,11 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
         messages=tuple(all_msgs),
         tools=tools,
         max_tokens=cap.value,
-        options={"output_limit": plan.model.limits.output or None, **step.options},
+        options={
+            "output_limit": plan.model.limits.output or None,
+            **({"prompt_cache_breakpoints": True} if plan.cache.get("shape") == "explicit" else {}),
+            **step.options,
+        },
     )
     request, cache_ds = place_markers(
         request, plan.cache_settings(automatic_enabled=step.automatic_caching)

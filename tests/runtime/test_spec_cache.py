@@ -1,0 +1,91 @@
+"""kilo-default places cache breakpoints as Kilo does (§10), end to end through apply."""
+
+from __future__ import annotations
+
+import pytest
+
+from kilo_rules.compile import compile_policy
+from kilo_rules.providers import count_markers
+from kilo_rules.runtime.context import StepInput
+
+from .helpers import assistant, model, session, text, tool, user
+
+
+def _conversation():  # type: ignore[no-untyped-def]
+    return session(
+        user("u1", "one"),
+        assistant("a1", tool("t1", "x"), finish="tool-calls"),
+        user("u2", "two"),
+        assistant("a2", text("t", "done")),
+        user("u3", "three"),
+    )
+
+
+def test_spec_10_1_anthropic_message_level_first_system_last_two() -> None:
+    result = compile_policy("kilo-default", model()).apply(_conversation(), StepInput())
+    body = result.request
+    assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    marked = [i for i, m in enumerate(body["messages"]) if "cache_control" in str(m)]
+    assert marked == [len(body["messages"]) - 2, len(body["messages"]) - 1]
+    assert count_markers(body, "anthropic") == 3
+
+
+def test_spec_10_1_openrouter_claude_last_part_skips_trailing_environment() -> None:
+    m = model(provider="openrouter", api="openai-compatible", api_id="anthropic/claude-sonnet-4.5")
+    body = compile_policy("kilo-default", m).apply(_conversation(), StepInput()).request
+    last = body["messages"][-1]["content"]
+    assert last[-1]["text"].startswith("<environment_details>")
+    assert "cache_control" not in last[-1]
+    assert last[0]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_spec_10_1_gate_closed_for_non_claude_models() -> None:
+    m = model(
+        provider="openrouter", api="openai-compatible", api_id="qwen/qwen3-coder", family="qwen"
+    )
+    body = compile_policy("kilo-default", m).apply(_conversation(), StepInput()).request
+    assert count_markers(body, "openai-compatible") == 0
+
+
+def test_spec_10_1_no_explicit_breakpoints_under_automatic_caching() -> None:
+    result = compile_policy("kilo-default", model()).apply(
+        _conversation(), StepInput(automatic_caching=True)
+    )
+    assert count_markers(result.request, "anthropic") == 0
+
+
+@pytest.mark.parametrize(
+    ("api_id", "price", "explicit"),
+    [
+        ("gpt-5.6", 1.0, True),
+        ("gpt-6", 2.0, True),
+        ("gpt-5.6-mini", 0.0, False),
+        ("gpt-5", 1.0, False),
+        ("gpt-4o", 1.0, False),
+    ],
+)
+def test_spec_10_1_openai_explicit_breakpoints_from_gpt_5_6(
+    api_id: str, price: float, explicit: bool
+) -> None:
+    m = model(
+        id=f"openai/{api_id}",
+        provider="openai",
+        api="openai",
+        api_id=api_id,
+        family="gpt",
+        prices={"input": price, "output": 1.0},
+        cache={"kind": "automatic", "max_breakpoints": 0, "min_cacheable_tokens": 1024},
+    )
+    plan = compile_policy("kilo-default", m)
+    body = plan.apply(_conversation(), StepInput()).request
+    assert (count_markers(body, "openai") > 0) is explicit
+    assert ("openai-explicit-breakpoints" in plan.overrides) is explicit
+
+
+def test_spec_10_2_cache_max_auto_rule_with_one_hour_ttl() -> None:
+    body = compile_policy("cache-max", model()).apply(_conversation(), StepInput()).request
+    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert body["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    last_user = body["messages"][-1]["content"]
+    assert last_user[0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert count_markers(body, "anthropic") == 3
