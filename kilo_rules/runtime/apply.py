@@ -20,7 +20,7 @@ from .context import StepInput
 from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import LowerSettings, lower
-from .measure import measure, messages_json, payload_bytes
+from .measure import measure, messages_json
 from .messages import ModelMessage, ModelRequest, Text, ToolSpec
 from .output import CapSettings, cap_output
 from .prune import PruneSettings, apply_marks, prune
@@ -211,7 +211,8 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
 
     # 4. guards: payload bytes
     max_bytes = int(plan.static_context.get("payload.max_bytes") or 0)
-    size = payload_bytes(lowered)
+    text = messages_json(lowered)
+    size = len(text.encode("utf-8", "surrogatepass"))
     if max_bytes and size > max_bytes:
         action = r.setting("payload.on_exceed", "prune-once")
         decided = {"bytes": size, "limit": max_bytes}
@@ -226,7 +227,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
                 )
             )
         if action == "prune-once":
-            early = plan.context(_dynamic_names(r, view, lowered, size))
+            early = plan.context(_dynamic_names(r, view, lowered, text, size))
             result = prune(messages, _prune_settings(r, early), r.counter.count, "payload-limit")
             saving = _saving(messages, set(result.parts), r)
             if not result.applied or saving <= 0:
@@ -243,7 +244,8 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
                 messages = apply_marks(messages, marks)
                 r.mutations.extend(result.mutations(now))
                 lowered, view, has_summary, env_muts, _ = _build_messages(r, messages)
-                size2 = payload_bytes(lowered)
+                text = messages_json(lowered)
+                size2 = len(text.encode("utf-8", "surrogatepass"))
                 r.decide(
                     "guards",
                     "payload-limit",
@@ -259,7 +261,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
 
     # 4b. guards: overflow on the last finished assistant, preflight estimate
     tools = tuple(ToolSpec(t.name, t.description, dict(t.input_schema)) for t in session.tools)
-    dynamic = _dynamic_names(r, view, lowered, size)
+    dynamic = _dynamic_names(r, view, lowered, text, size)
     ctx = plan.context(dynamic)
     compaction_needed = _overflow(r, view, lowered, tools, ctx)
 
@@ -399,7 +401,7 @@ def _saving(messages: Sequence[Message], parts: set[str], r: _Run) -> int:
 
 
 def _dynamic_names(
-    r: _Run, view: Sequence[Message], lowered: Sequence[ModelMessage], size: int
+    r: _Run, view: Sequence[Message], lowered: Sequence[ModelMessage], text: str, size: int
 ) -> dict[str, Any]:
     from .history import turns
 
@@ -419,7 +421,7 @@ def _dynamic_names(
         "session.last.cache_write": t.cache.write if t else 0,
         "session.last.total": (t.total or 0) if t else 0,
         "session.last.count": usage_count(t, _count_fields(r)),
-        "request.estimated_tokens": r.counter.count(messages_json(lowered)),
+        "request.estimated_tokens": r.counter.count(text),
         "request.bytes": size,
         "request.media": sum(1 for m in lowered for p in m.parts if p.kind == "media"),
         "request.mid_tool_loop": any(m.role == "tool" for m in lowered[last_user + 1 :]),
