@@ -99,11 +99,11 @@ def usage_count(tokens: TokenUsage | None, fields: Sequence[str]) -> int:
 
 
 def last_finished(messages: Sequence[Message]) -> Message | None:
-    """The last finished assistant message that is not a summary."""
-    for m in reversed(messages):
-        if m.role == "assistant" and m.finish is not None and not m.summary:
-            return m
-    return None
+    """The chronologically newest finished assistant message, summaries included (Kilo's
+    ``lastFinished``). After a compaction it is the summary, whose usage is not checked
+    for overflow nor reported to the output cap: it describes the old, larger context."""
+    done = [m for m in messages if m.role == "assistant" and m.finish is not None]
+    return max(done, key=lambda m: (m.created, m.id)) if done else None
 
 
 class _Run:
@@ -294,7 +294,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
         counter=r.counter.count,
     )
     last = last_finished(view)
-    reported = usage_count(last.tokens, _count_fields(r)) if last else None
+    reported = usage_count(last.tokens, _count_fields(r)) if last and not last.summary else None
     cap = cap_output(
         configured,
         context=plan.model.limits.context,
@@ -461,7 +461,7 @@ def _overflow(
     if limit is None:
         return None
     last = last_finished(view)
-    if last is not None:
+    if last is not None and not last.summary:
         count = usage_count(last.tokens, _count_fields(r))
         cmp = r.setting("overflow.comparison", ">=")
         over = count >= limit if cmp == ">=" else count > limit

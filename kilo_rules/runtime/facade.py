@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ContextOverflowError, Diagnostic, Location
-from ..session import Message, Session
+from ..session import Session
 from .apply import Decision, TurnResult
 from .compaction import compact, prune_settings
 from .context import StepInput
-from .history import compaction_part, project
+from .history import compaction_part
 from .mutations import apply_mutations
 from .prune import prune
 
@@ -59,13 +59,6 @@ def _turn_key(session: Session) -> str:
         ):
             return m.id
     return ""
-
-
-def _newest_finished(messages: list[Message]) -> Message | None:
-    """The chronologically newest finished assistant, summaries included (Kilo's
-    ``latest().finished``): after a compaction it is the summary, which is not checked."""
-    done = [m for m in messages if m.role == "assistant" and m.finish is not None]
-    return max(done, key=lambda m: (m.created, m.id)) if done else None
 
 
 class Runtime:
@@ -153,18 +146,6 @@ class Runtime:
             self._overflowed.discard(session.id)
         if provider:
             return "provider"
-        if result.compaction_needed == "overflow":
-            newest = _newest_finished(project(session.messages))
-            if newest is not None and newest.summary:
-                ds.append(
-                    self._decide(
-                        "overflow.after-summary",
-                        "overflow.limit",
-                        {"newest_finished": newest.id},
-                        "not checked: the newest finished assistant is a summary",
-                    )
-                )
-                return None
         return result.compaction_needed
 
     def step(self, session: Session, step_input: StepInput | None = None) -> StepResult:
