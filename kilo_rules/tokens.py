@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ __all__ = [
     "utf16_len",
 ]
 
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
 #: Kilo's ``Token.estimate`` divisor: one token per four UTF-16 code units.
 CHARS_PER_TOKEN = 4.0
 
@@ -43,8 +46,11 @@ def utf16_len(text: str) -> int:
     An astral character (outside the Basic Multilingual Plane, e.g. most emoji) counts 2.
     Lone surrogates count 1, as they do in JavaScript.
     """
-    # Encoding is done in C and is much faster than summing per code point in Python.
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+    # isascii() is O(1) in CPython; astral characters are rare, and counting them with a
+    # regex avoids allocating a UTF-16 copy of a long request.
+    if text.isascii():
+        return len(text)
+    return len(text) + len(_ASTRAL.findall(text))
 
 
 def _round_half_up(x: float) -> int:
@@ -130,10 +136,12 @@ class EstimateCounter:
 
     def count(self, text: str) -> int:
         """Estimated tokens in ``text``."""
-        if self.chars_per_token == CHARS_PER_TOKEN:
-            tokens = estimate(text)
-        else:
-            tokens = max(0, _round_half_up(utf16_len(text) / self.chars_per_token))
+        return self.count_length(utf16_len(text))
+
+    def count_length(self, length: int) -> int:
+        """Estimated tokens of a text of ``length`` UTF-16 units (the estimate depends only
+        on the length, so a long text need not be built to be counted)."""
+        tokens = max(0, _round_half_up(length / self.chars_per_token))
         return _apply_factor(tokens, self.factor)
 
     def __repr__(self) -> str:

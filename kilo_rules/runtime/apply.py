@@ -20,7 +20,7 @@ from .context import StepInput
 from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import LowerSettings, lower
-from .measure import measure, messages_json
+from .measure import JsonCache, count_json_list, measure
 from .messages import ModelMessage, ModelRequest, Text, ToolSpec
 from .output import CapSettings, cap_output
 from .prune import PruneSettings, apply_marks, prune
@@ -122,6 +122,7 @@ class _Run:
             spec = plan.model.tokenizer
         factor = float(plan.setting("tokens.safety_factor") or 1.0)
         self.counter, warning = counter_for(spec, factor=factor)
+        self.json = JsonCache(self.counter.count)
         if warning:
             self.decide("lower", "tokens.counter", "tokens.counter", {}, warning, "warning")
 
@@ -211,8 +212,8 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
 
     # 4. guards: payload bytes
     max_bytes = int(plan.static_context.get("payload.max_bytes") or 0)
-    text = messages_json(lowered)
-    size = len(text.encode("utf-8", "surrogatepass"))
+    pieces = [r.json.plain(m) for m in lowered]
+    size = _json_list_bytes(pieces)
     if max_bytes and size > max_bytes:
         action = r.setting("payload.on_exceed", "prune-once")
         decided = {"bytes": size, "limit": max_bytes}
@@ -227,7 +228,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
                 )
             )
         if action == "prune-once":
-            early = plan.context(_dynamic_names(r, view, lowered, text, size))
+            early = plan.context(_dynamic_names(r, view, lowered, pieces, size))
             result = prune(messages, _prune_settings(r, early), r.counter.count, "payload-limit")
             saving = _saving(messages, set(result.parts), r)
             if not result.applied or saving <= 0:
@@ -244,8 +245,8 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
                 messages = apply_marks(messages, marks)
                 r.mutations.extend(result.mutations(now))
                 lowered, view, has_summary, env_muts, _ = _build_messages(r, messages)
-                text = messages_json(lowered)
-                size2 = len(text.encode("utf-8", "surrogatepass"))
+                pieces = [r.json.plain(m) for m in lowered]
+                size2 = _json_list_bytes(pieces)
                 r.decide(
                     "guards",
                     "payload-limit",
@@ -261,7 +262,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
 
     # 4b. guards: overflow on the last finished assistant, preflight estimate
     tools = tuple(ToolSpec(t.name, t.description, dict(t.input_schema)) for t in session.tools)
-    dynamic = _dynamic_names(r, view, lowered, text, size)
+    dynamic = _dynamic_names(r, view, lowered, pieces, size)
     ctx = plan.context(dynamic)
     compaction_needed = _overflow(r, view, lowered, tools, ctx)
 
@@ -292,6 +293,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
         tools,
         factor=float(r.setting("tokens.preflight_factor", 1.3)),
         counter=r.counter.count,
+        cache=r.json,
     )
     last = last_finished(view)
     reported = usage_count(last.tokens, _count_fields(r)) if last and not last.summary else None
@@ -347,13 +349,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
 
     provider = step.provider or plan.model.api
     body = render(request, provider)
-    r.decide(
-        "render",
-        provider,
-        None,
-        {"messages": len(request.messages)},
-        {"bytes": len(json.dumps(body, separators=(",", ":")))},
-    )
+    r.decide("render", provider, None, {"messages": len(request.messages)}, "rendered")
     return TurnResult(body, provider, r.decisions, r.mutations, request, compaction_needed)
 
 
@@ -363,6 +359,15 @@ _INJECT_SETTINGS = {
     "reminder": "reminders",
     "interjection": "reminders.interjection",
 }
+
+
+def _json_list_bytes(pieces: Sequence[str]) -> int:
+    """UTF-8 size of ``"[" + ",".join(pieces) + "]"`` (Kilo's payload measure), computed
+    piece by piece so the whole body is never built twice."""
+    total = max(len(pieces) - 1, 0) + 2
+    for p in pieces:
+        total += len(p) if p.isascii() else len(p.encode("utf-8", "surrogatepass"))
+    return total
 
 
 def _count_fields(r: _Run) -> list[str]:
@@ -401,7 +406,11 @@ def _saving(messages: Sequence[Message], parts: set[str], r: _Run) -> int:
 
 
 def _dynamic_names(
-    r: _Run, view: Sequence[Message], lowered: Sequence[ModelMessage], text: str, size: int
+    r: _Run,
+    view: Sequence[Message],
+    lowered: Sequence[ModelMessage],
+    pieces: Sequence[str],
+    size: int,
 ) -> dict[str, Any]:
     from .history import turns
 
@@ -421,7 +430,7 @@ def _dynamic_names(
         "session.last.cache_write": t.cache.write if t else 0,
         "session.last.total": (t.total or 0) if t else 0,
         "session.last.count": usage_count(t, _count_fields(r)),
-        "request.estimated_tokens": r.counter.count(text),
+        "request.estimated_tokens": count_json_list(pieces, r.counter.count),
         "request.bytes": size,
         "request.media": sum(1 for m in lowered for p in m.parts if p.kind == "media"),
         "request.mid_tool_loop": any(m.role == "tool" for m in lowered[last_user + 1 :]),
@@ -480,6 +489,7 @@ def _overflow(
             tools,
             factor=float(r.setting("tokens.preflight_factor", 1.3)),
             counter=r.counter.count,
+            cache=r.json,
         )
         if m.continuation and r.setting("overflow.preflight.skip_mid_tool_loop", True):
             r.decide(

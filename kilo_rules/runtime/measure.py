@@ -66,6 +66,17 @@ def _part(part: Any, strip: bool, extra: list[int], counter: Callable[[str], int
     raise TypeError(type(part).__name__)  # pragma: no cover
 
 
+def _message_dict(
+    m: ModelMessage, strip: bool, extra: list[int], count: Callable[[str], int]
+) -> dict[str, Any]:
+    if m.role == "system":
+        return {
+            "role": "system",
+            "content": "".join(p.text for p in m.parts if isinstance(p, Text)),
+        }
+    return {"role": m.role, "content": [_part(p, strip, extra, count) for p in m.parts]}
+
+
 def message_data(
     messages: Sequence[ModelMessage],
     *,
@@ -77,22 +88,59 @@ def message_data(
 
     count = counter or estimate
     extra = [0, 0]
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        if m.role == "system":
-            text = "".join(p.text for p in m.parts if isinstance(p, Text))
-            out.append({"role": "system", "content": text})
-        else:
-            out.append(
-                {"role": m.role, "content": [_part(p, strip, extra, count) for p in m.parts]}
-            )
+    out = [_message_dict(m, strip, extra, count) for m in messages]
     return out, extra[0], extra[1]
 
 
-def messages_json(messages: Sequence[ModelMessage]) -> str:
-    """``JSON.stringify`` of the model messages (compact, as JavaScript writes it)."""
-    data, _, _ = message_data(messages)
+def _dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _opaque(m: ModelMessage) -> bool:
+    """Whether stripping would change the message (media or encrypted reasoning)."""
+    for p in m.parts:
+        if isinstance(p, Media) or (isinstance(p, Reasoning) and p.encrypted is not None):
+            return True
+        if isinstance(p, ToolResult) and any(isinstance(c, Media) for c in p.content):
+            return True
+    return False
+
+
+class JsonCache:
+    """The JSON of each message, serialised once per apply and shared by the payload
+    guard, the token estimate and the preflight measure (messages are immutable, so a
+    message object's JSON never changes)."""
+
+    def __init__(self, counter: Callable[[str], int]) -> None:
+        self.counter = counter
+        self._plain: dict[int, tuple[ModelMessage, str]] = {}
+        self._stripped: dict[int, tuple[ModelMessage, str, int, int]] = {}
+
+    def plain(self, m: ModelMessage) -> str:
+        hit = self._plain.get(id(m))
+        if hit is None or hit[0] is not m:
+            hit = (m, _dumps(_message_dict(m, False, [0, 0], self.counter)))
+            self._plain[id(m)] = hit
+        return hit[1]
+
+    def stripped(self, m: ModelMessage) -> tuple[str, int, int]:
+        if not _opaque(m):
+            return self.plain(m), 0, 0
+        hit = self._stripped.get(id(m))
+        if hit is None or hit[0] is not m:
+            extra = [0, 0]
+            text = _dumps(_message_dict(m, True, extra, self.counter))
+            hit = (m, text, extra[0], extra[1])
+            self._stripped[id(m)] = hit
+        return hit[1], hit[2], hit[3]
+
+
+def messages_json(messages: Sequence[ModelMessage], cache: JsonCache | None = None) -> str:
+    """``JSON.stringify`` of the model messages (compact, as JavaScript writes it)."""
+    if cache is None:
+        data, _, _ = message_data(messages)
+        return _dumps(data)
+    return "[" + ",".join(cache.plain(m) for m in messages) + "]"
 
 
 def payload_bytes(messages: Sequence[ModelMessage]) -> int:
@@ -126,23 +174,42 @@ def _tools_json(tools: Sequence[ToolSpec]) -> str:
     )
 
 
+def count_json_list(pieces: Sequence[str], counter: Callable[[str], int]) -> int:
+    """``counter("[" + ",".join(pieces) + "]")``, without building the string when the
+    counter only needs its length (the estimate)."""
+    from ..tokens import EstimateCounter, utf16_len
+
+    owner = getattr(counter, "__self__", None)
+    if isinstance(owner, EstimateCounter):
+        length = sum(utf16_len(p) for p in pieces) + max(len(pieces) - 1, 0) + 2
+        return owner.count_length(length)
+    return counter("[" + ",".join(pieces) + "]")
+
+
 def measure(
     messages: Sequence[ModelMessage],
     tools: Sequence[ToolSpec],
     *,
     factor: float,
     counter: Callable[[str], int],
+    cache: JsonCache | None = None,
 ) -> Measure:
     """Kilo's preflight ``measure`` (spec §4)."""
-    data, extra, media = message_data(messages, strip=True, counter=counter)
-    chars = counter(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    cache = cache or JsonCache(counter)
+    pieces = [cache.stripped(m) for m in messages]
+    extra = sum(p[1] for p in pieces)
+    media = sum(p[2] for p in pieces)
+    chars = count_json_list([p[0] for p in pieces], counter)
     tool_tokens = counter(_tools_json(tools))
     normalized = math.ceil((chars + tool_tokens) * factor)
     raw = math.ceil((chars + extra + tool_tokens) * factor)
     last_assistant = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
-    tail_data = data[last_assistant + 1 :]
-    tail = math.ceil(counter(json.dumps(tail_data, separators=(",", ":"))) * factor)
-    system_chars = sum(len(d["content"]) for d in data if d["role"] == "system")
+    tail = math.ceil(
+        count_json_list([p[0] for p in pieces[last_assistant + 1 :]], counter) * factor
+    )
+    system_chars = sum(
+        len(p.text) for m in messages if m.role == "system" for p in m.parts if isinstance(p, Text)
+    )
     overhead = math.ceil((tool_tokens + math.floor(system_chars / 4 + 0.5)) * factor)
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     continuation = any(m.role == "tool" for m in messages[last_user + 1 :])

@@ -26,10 +26,12 @@ def _read_path(call: ToolCall, ws: Workspace) -> Path | None:
     return None
 
 
-def _candidates(file: Path, names: Sequence[str], ws: Workspace) -> list[Path]:
+def _candidates(
+    file: Path, names: Sequence[str], stop: Path, memo: dict[Path, Path | None]
+) -> list[Path]:
     """Instruction files between the file's directory and the workspace root, nearest
-    first; in each directory the first configured name that exists."""
-    stop = Path(ws.root or ws.cwd).resolve()
+    first; in each directory the first configured name that exists. ``memo`` remembers
+    directories already looked at during this request."""
     try:
         current = file.resolve().parent
         current.relative_to(stop)
@@ -37,11 +39,11 @@ def _candidates(file: Path, names: Sequence[str], ws: Workspace) -> list[Path]:
         return []  # outside the workspace: nothing to attach
     found = []
     while True:
-        for name in names:
-            candidate = current / name
-            if candidate.is_file():
-                found.append(candidate.resolve())
-                break
+        if current not in memo:
+            memo[current] = next((current / n for n in names if (current / n).is_file()), None)
+        hit = memo[current]
+        if hit is not None:
+            found.append(hit)
         if current == stop or current.parent == current:
             return found
         current = current.parent
@@ -63,6 +65,8 @@ def attach(
     if not calls:
         return list(messages), []
     claimed: dict[str | None, set[Path]] = {}
+    memo: dict[Path, Path | None] = {}
+    stop = Path(ws.root or ws.cwd).resolve()
     decisions: list[dict[str, Any]] = []
     out: list[ModelMessage] = []
     for m in messages:
@@ -78,7 +82,7 @@ def attach(
                 path = _read_path(call, ws)
                 seen = claimed.setdefault(owner, set())
                 extra: list[Text] = []
-                for f in _candidates(path, names, ws) if path else []:
+                for f in _candidates(path, names, stop, memo) if path else []:
                     if f in loaded or f in seen:
                         continue
                     seen.add(f)
