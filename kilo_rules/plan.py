@@ -19,10 +19,10 @@ from .expr import CompiledExpr
 
 if TYPE_CHECKING:
     from .runtime.apply import TurnResult
-    from .runtime.messages import ModelRequest
-    from .runtime.output import CapDecision
     from .runtime.cache import CacheSettings
     from .runtime.context import StepInput
+    from .runtime.messages import ModelRequest
+    from .runtime.output import CapDecision
     from .session import Session
 
 

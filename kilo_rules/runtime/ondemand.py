@@ -5,6 +5,7 @@ per assistant message and never when the system prompt already carries it (Kilo'
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -32,15 +33,17 @@ def _candidates(
     """Instruction files between the file's directory and the workspace root, nearest
     first; in each directory the first configured name that exists. ``memo`` remembers
     directories already looked at during this request."""
+    # normpath, not resolve(): no system call per read (symlinked trees are rare here).
+    current = Path(os.path.normpath(os.path.abspath(file))).parent  # noqa: PTH100
     try:
-        current = file.resolve().parent
         current.relative_to(stop)
-    except (OSError, ValueError):
+    except ValueError:
         return []  # outside the workspace: nothing to attach
     found = []
     while True:
         if current not in memo:
-            memo[current] = next((current / n for n in names if (current / n).is_file()), None)
+            hit = next((current / n for n in names if (current / n).is_file()), None)
+            memo[current] = hit.resolve() if hit is not None else None
         hit = memo[current]
         if hit is not None:
             found.append(hit)
@@ -66,7 +69,7 @@ def attach(
         return list(messages), []
     claimed: dict[str | None, set[Path]] = {}
     memo: dict[Path, Path | None] = {}
-    stop = Path(ws.root or ws.cwd).resolve()
+    stop = Path(os.path.normpath(os.path.abspath(ws.root or ws.cwd)))  # noqa: PTH100
     decisions: list[dict[str, Any]] = []
     out: list[ModelMessage] = []
     for m in messages:
