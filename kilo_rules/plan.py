@@ -99,6 +99,8 @@ class Plan:
     stages: tuple[str, ...]
     static_context: dict[str, Any] = field(repr=False)
     _locate: Callable[[tuple[str | int, ...]], Location] = field(repr=False, compare=False)
+    #: Caches that let the next step reuse this step's work (see runtime.memo).
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ single decisions
 

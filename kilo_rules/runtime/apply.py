@@ -21,6 +21,7 @@ from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import LowerSettings, lower
 from .measure import JsonCache, count_json_list, measure
+from .memo import IdentityLRU
 from .messages import ModelMessage, ModelRequest, Text, ToolSpec
 from .output import CapSettings, cap_output
 from .prune import PruneSettings, apply_marks, prune
@@ -121,8 +122,20 @@ class _Run:
         if spec == "model":
             spec = plan.model.tokenizer
         factor = float(plan.setting("tokens.safety_factor") or 1.0)
-        self.counter, warning = counter_for(spec, factor=factor)
-        self.json = JsonCache(self.counter.count)
+        memo = plan.memo
+        if memo.get("counter_spec") != (spec, factor):
+            counter, warning = counter_for(spec, factor=factor)
+            memo.update(
+                counter_spec=(spec, factor),
+                counter=counter,
+                counter_warning=warning,
+                json=JsonCache(counter.count),
+                lower=IdentityLRU(),
+            )
+        self.counter = memo["counter"]
+        warning = memo["counter_warning"]
+        self.json: JsonCache = memo["json"]
+        self.lower_cache = memo["lower"]
         if warning:
             self.decide("lower", "tokens.counter", "tokens.counter", {}, warning, "warning")
 
@@ -177,7 +190,7 @@ def _build_messages(
         interjection=r.setting("reminders.interjection"),
     )
     view, muts, ds = inject(view, r.step, inject_settings)
-    lowered = lower(view, _lower_settings(r, has_summary))
+    lowered = lower(view, _lower_settings(r, has_summary), r.lower_cache)
     ins = _instruction_settings(r)
     if ins.on_demand and ins.project_files:
         from .ondemand import attach

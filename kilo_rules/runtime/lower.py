@@ -29,6 +29,7 @@ from ..session import (
     ToolPart,
 )
 from .history import has_non_synthetic_part
+from .memo import IdentityLRU
 from .messages import (
     CacheMark,
     Media,
@@ -197,8 +198,15 @@ def _user(msg: Message, settings: LowerSettings, strip: bool) -> ModelMessage | 
     return ModelMessage("user", tuple(parts), client_mark(msg.metadata), source_id=msg.id)
 
 
-def lower(messages: Sequence[Message], settings: LowerSettings) -> list[ModelMessage]:
-    """Model messages for the (already projected) ``messages``."""
+def lower(
+    messages: Sequence[Message],
+    settings: LowerSettings,
+    cache: IdentityLRU[Message, dict[tuple[LowerSettings, bool], list[ModelMessage]]] | None = None,
+) -> list[ModelMessage]:
+    """Model messages for the (already projected) ``messages``.
+
+    With ``cache``, a message lowered before with the same settings is not lowered again
+    (and its lowered messages are the same objects, so their JSON is cached too)."""
     cutoff = -1
     if settings.strip_historical_media:
         for i in range(len(messages) - 1, -1, -1):
@@ -209,10 +217,20 @@ def lower(messages: Sequence[Message], settings: LowerSettings) -> list[ModelMes
     out: list[ModelMessage] = []
     for i, msg in enumerate(messages):
         strip = i < cutoff
-        if msg.role == "user":
-            lowered = _user(msg, settings, strip)
-            if lowered is not None:
-                out.append(lowered)
-        elif _keep_assistant(msg, settings):
-            out.extend(_assistant(msg, settings, strip))
+        if cache is None:
+            out.extend(_one(msg, settings, strip))
+            continue
+        by_settings = cache.get_or(msg, dict)
+        key = (settings, strip)
+        lowered = by_settings.get(key)
+        if lowered is None:
+            lowered = by_settings[key] = _one(msg, settings, strip)
+        out.extend(lowered)
     return out
+
+
+def _one(msg: Message, settings: LowerSettings, strip: bool) -> list[ModelMessage]:
+    if msg.role == "user":
+        lowered = _user(msg, settings, strip)
+        return [lowered] if lowered is not None else []
+    return _assistant(msg, settings, strip) if _keep_assistant(msg, settings) else []

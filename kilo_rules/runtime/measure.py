@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .memo import IdentityLRU
 from .messages import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult, ToolSpec
 
 MEDIA_PLACEHOLDER = "[encoded media]"
@@ -107,32 +108,28 @@ def _opaque(m: ModelMessage) -> bool:
 
 
 class JsonCache:
-    """The JSON of each message, serialised once per apply and shared by the payload
-    guard, the token estimate and the preflight measure (messages are immutable, so a
-    message object's JSON never changes)."""
+    """The JSON of each message, serialised once and shared by the payload guard, the
+    token estimate and the preflight measure — within a step, and across steps when the
+    same (immutable) message objects come back."""
 
-    def __init__(self, counter: Callable[[str], int]) -> None:
+    def __init__(self, counter: Callable[[str], int], maxsize: int = 8192) -> None:
         self.counter = counter
-        self._plain: dict[int, tuple[ModelMessage, str]] = {}
-        self._stripped: dict[int, tuple[ModelMessage, str, int, int]] = {}
+        self._plain: IdentityLRU[ModelMessage, str] = IdentityLRU(maxsize)
+        self._stripped: IdentityLRU[ModelMessage, tuple[str, int, int]] = IdentityLRU(maxsize)
 
     def plain(self, m: ModelMessage) -> str:
-        hit = self._plain.get(id(m))
-        if hit is None or hit[0] is not m:
-            hit = (m, _dumps(_message_dict(m, False, [0, 0], self.counter)))
-            self._plain[id(m)] = hit
-        return hit[1]
+        return self._plain.get_or(m, lambda: _dumps(_message_dict(m, False, [0, 0], self.counter)))
 
     def stripped(self, m: ModelMessage) -> tuple[str, int, int]:
         if not _opaque(m):
             return self.plain(m), 0, 0
-        hit = self._stripped.get(id(m))
-        if hit is None or hit[0] is not m:
+
+        def make() -> tuple[str, int, int]:
             extra = [0, 0]
             text = _dumps(_message_dict(m, True, extra, self.counter))
-            hit = (m, text, extra[0], extra[1])
-            self._stripped[id(m)] = hit
-        return hit[1], hit[2], hit[3]
+            return text, extra[0], extra[1]
+
+        return self._stripped.get_or(m, make)
 
 
 def messages_json(messages: Sequence[ModelMessage], cache: JsonCache | None = None) -> str:
