@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test bench clean
 
 $(BIN)/kilo-rules: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,9 @@ test: $(BIN)/kilo-rules
 	$(BIN)/pytest -q
 
 bench: $(BIN)/kilo-rules
-	$(BIN)/python -m benchmarks
+	$(BIN)/python benchmarks/bench_expr.py
+	$(BIN)/python benchmarks/bench_tokens.py
+	$(BIN)/python benchmarks/bench_runtime.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -30,7 +30,10 @@ from .importers import detect_format, import_file
 from .plan import Plan
 from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
 from .runtime.apply import Decision, TurnResult
+from .runtime.compaction import CompactionResult, compact
 from .runtime.context import Agent, Skill, StepInput, Workspace
+from .runtime.facade import Runtime, StepResult
+from .runtime.mutations import MutationError, apply_mutations
 from .session import (
     Message,
     Session,
@@ -39,7 +42,9 @@ from .session import (
     session_from_data,
     session_from_json,
 )
-from .truncate import truncate_output
+from .summarize import Summarizer, SummarizerError, SummaryRequest
+from .summarizers import ExtractiveSummarizer, HttpSummarizer
+from .truncate import cleanup_spill_dir, truncate_output
 
 __version__ = "0.1.0"
 
@@ -48,29 +53,41 @@ __all__ = [
     "Catalog",
     "CatalogError",
     "CheckReport",
+    "CompactionResult",
     "ContextOverflowError",
     "Decision",
     "Diagnostic",
     "EvalError",
     "ExprError",
+    "ExtractiveSummarizer",
+    "HttpSummarizer",
     "ImportFormatError",
     "KiloRulesError",
     "Location",
     "Message",
     "ModelInfo",
+    "MutationError",
     "Plan",
     "PolicyError",
     "ResolvedPolicy",
+    "Runtime",
     "Session",
     "SessionError",
     "Skill",
     "StepInput",
+    "StepResult",
+    "Summarizer",
+    "SummarizerError",
+    "SummaryRequest",
     "TurnResult",
     "Workspace",
     "__version__",
+    "apply_mutations",
     "bundled_catalog",
     "bundled_policy_names",
     "check_paths",
+    "cleanup_spill_dir",
+    "compact",
     "compile_policy",
     "detect_format",
     "dump_session",
