@@ -24,6 +24,22 @@ if TYPE_CHECKING:
     from .runtime.messages import ModelRequest
     from .runtime.output import CapDecision
     from .session import Session
+    from .truncate import TruncateResult
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _seconds(value: Any) -> int | None:
+    """A retention given as seconds or as a duration such as ``7d``."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if text[:-1].isdigit() and text[-1:] in _UNITS:
+        return int(text[:-1]) * _UNITS[text[-1]]
+    return int(text) if text.isdigit() else None
 
 
 def _rel_file(file: str) -> str:
@@ -190,6 +206,30 @@ class Plan:
                 minimum=int(self.setting("output.cap.minimum", 1024)),
                 media_reserve=int(self.setting("output.cap.media_reserve", 2048)),
             ),
+        )
+
+    def truncate_tool_output(
+        self, text: str, *, call_id: str, task_enabled: bool = True
+    ) -> TruncateResult:
+        """Cut a tool's output as ``tool_output.*`` says (spec §11.1), spilling the full text
+        to ``tool_output.spill_dir`` and removing spilled files older than the retention."""
+        from pathlib import Path
+
+        from .truncate import MAX_BYTES, MAX_LINES, cleanup_spill_dir, truncate_output
+
+        spill = Path(str(self.setting("tool_output.spill_dir") or "~/.kilo-rules/tool-output"))
+        spill = spill.expanduser()
+        retention = _seconds(self.setting("tool_output.retention"))
+        if retention is not None and spill.is_dir():
+            cleanup_spill_dir(spill, retention_seconds=retention)
+        return truncate_output(
+            text,
+            spill_dir=spill,
+            call_id=call_id,
+            max_lines=int(self.setting("tool_output.max_lines") or MAX_LINES),
+            max_bytes=int(self.setting("tool_output.max_bytes") or MAX_BYTES),
+            direction=self.setting("tool_output.direction") or "head",
+            task_enabled=task_enabled,
         )
 
     def apply(self, session: Session, step: StepInput | None = None) -> TurnResult:

@@ -186,7 +186,30 @@ def iter_schema_diagnostics(
     """Yield a diagnostic per schema violation of ``data`` (default: the whole document)."""
     instance = doc.data if data is None else data
     for error in validator(schema_name).iter_errors(instance):
-        yield diagnose(error, doc, prefix)
+        for leaf in _expand(error):
+            yield diagnose(leaf, doc, prefix)
+
+
+def _expand(error: ValidationError) -> Iterator[ValidationError]:
+    """Every error inside an optional section, not just the best one: ``X | null`` is an
+    ``anyOf`` whose null branch never explains a mistake, so when the value is not null
+    all the errors of the other branch are real, and all are reported."""
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        branches: dict[Any, list[ValidationError]] = {}
+        for sub in error.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        real = [
+            errs
+            for errs in branches.values()
+            if not (
+                len(errs) == 1 and errs[0].validator == "type" and errs[0].validator_value == "null"
+            )
+        ]
+        if len(real) == 1 and error.instance is not None:
+            for sub in real[0]:
+                yield from _expand(sub)
+            return
+    yield error
 
 
 def schema_diagnostics(doc: Document, schema_name: str) -> list[Diagnostic]:

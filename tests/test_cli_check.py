@@ -144,3 +144,24 @@ def test_provider_typo_in_an_expression_is_a_located_warning(
         28,
     )
     assert d["hint"] == "did you mean 'anthropic'?"
+
+
+def test_diagnostics_do_not_depend_on_key_order(in_tmp: Path) -> None:
+    from kilo_rules.check import check_paths
+
+    a = (
+        "version: 1\nname: p\nprune:\n  protect_turns: x\n  protect_tokn: 3\n"
+        "compaction:\n  tail_turns: -1\n  auto: maybe\n"
+    )
+    b = (
+        "compaction:\n  auto: maybe\n  tail_turns: -1\nprune:\n  protect_tokn: 3\n"
+        "  protect_turns: x\nname: p\nversion: 1\n"
+    )
+    _write(in_tmp, "a.yaml", a)
+    _write(in_tmp, "b.yaml", b)
+    got_a = sorted((d.code, d.message) for d in check_paths(["a.yaml"]).diagnostics)
+    got_b = sorted((d.code, d.message) for d in check_paths(["b.yaml"]).diagnostics)
+    assert got_a == got_b and len(got_a) == 4
+    # and within one file they come out in source order
+    lines = [d.location.line for d in check_paths(["b.yaml"]).diagnostics]
+    assert lines == sorted(lines)

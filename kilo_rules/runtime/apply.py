@@ -116,7 +116,7 @@ class _Run:
         self.step = step
         self.decisions: list[Decision] = []
         self.mutations: list[dict[str, Any]] = []
-        from ..tokens import counter_for
+        from ..tokens import CountCache, EstimateCounter, counter_for
 
         spec = plan.setting("tokens.counter") or "estimate"
         if spec == "model":
@@ -125,6 +125,8 @@ class _Run:
         memo = plan.memo
         if memo.get("counter_spec") != (spec, factor):
             counter, warning = counter_for(spec, factor=factor)
+            if not isinstance(counter, EstimateCounter):
+                counter = CountCache(counter)  # count each message once, not every step
             memo.update(
                 counter_spec=(spec, factor),
                 counter=counter,

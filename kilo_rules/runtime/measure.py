@@ -174,12 +174,17 @@ def _tools_json(tools: Sequence[ToolSpec]) -> str:
 def count_json_list(pieces: Sequence[str], counter: Callable[[str], int]) -> int:
     """``counter("[" + ",".join(pieces) + "]")``, without building the string when the
     counter only needs its length (the estimate)."""
-    from ..tokens import EstimateCounter, utf16_len
+    from ..tokens import CountCache, EstimateCounter, utf16_len
 
     owner = getattr(counter, "__self__", None)
     if isinstance(owner, EstimateCounter):
         length = sum(utf16_len(p) for p in pieces) + max(len(pieces) - 1, 0) + 2
         return owner.count_length(length)
+    if isinstance(owner, CountCache):
+        # A real tokenizer, cached per message: the next step counts only new messages.
+        # JSON punctuation splits tokens, so the sum differs from one count of the whole
+        # list by at most a token per separator.
+        return sum(counter(p) for p in pieces) + len(pieces) + 1
     return counter("[" + ",".join(pieces) + "]")
 
 
