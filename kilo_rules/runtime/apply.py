@@ -12,44 +12,26 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..session import Message, Session, TokenUsage
+from ..session import Message, Session
 from .context import StepInput
+from .guards import json_list_bytes, overflow, prune_settings, saving
 from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import LowerSettings, lower
-from .measure import JsonCache, count_json_list, measure
-from .memo import IdentityLRU
+from .measure import count_json_list, measure
 from .messages import ModelMessage, ModelRequest, Text, ToolSpec
 from .output import CapSettings, cap_output
-from .prune import PruneSettings, apply_marks, prune
-from .system import InstructionSettings, assemble, layer_texts
+from .prune import apply_marks, prune
+from .system import build_system, instruction_settings
+from .trace import Decision, StepRun, count_fields, last_finished, usage_count
+
+__all__ = ["Decision", "TurnResult", "apply_plan", "last_finished", "usage_count"]
 
 if TYPE_CHECKING:
     from ..plan import Plan
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """One entry of the decisions trace."""
-
-    stage: str
-    rule: str
-    at: str | None
-    inputs: dict[str, Any] = field(default_factory=dict)
-    result: Any = None
-    severity: str = "info"
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"stage": self.stage, "rule": self.rule, "at": self.at}
-        if self.inputs:
-            out["inputs"] = self.inputs
-        out["result"] = self.result
-        if self.severity != "info":
-            out["severity"] = self.severity
-        return out
 
 
 @dataclass(frozen=True)
@@ -83,88 +65,7 @@ class TurnResult:
         }
 
 
-def usage_count(tokens: TokenUsage | None, fields: Sequence[str]) -> int:
-    """Kilo's overflow count: the listed usage fields, or the provider total if they sum
-    to 0 (``kilocode/session/overflow.ts@030412e:71-74``)."""
-    if tokens is None:
-        return 0
-    values = {
-        "input": tokens.input,
-        "output": tokens.output,
-        "reasoning": tokens.reasoning,
-        "cache_read": tokens.cache.read,
-        "cache_write": tokens.cache.write,
-    }
-    total = sum(values[f] for f in fields)
-    return total or (tokens.total or 0)
-
-
-def last_finished(messages: Sequence[Message]) -> Message | None:
-    """The chronologically newest finished assistant message, summaries included (Kilo's
-    ``lastFinished``). After a compaction it is the summary, whose usage is not checked
-    for overflow nor reported to the output cap: it describes the old, larger context."""
-    done = [m for m in messages if m.role == "assistant" and m.finish is not None]
-    return max(done, key=lambda m: (m.created, m.id)) if done else None
-
-
-class _Run:
-    """State of one apply call."""
-
-    def __init__(self, plan: Plan, session: Session, step: StepInput) -> None:
-        self.plan = plan
-        self.session = session
-        self.step = step
-        self.decisions: list[Decision] = []
-        self.mutations: list[dict[str, Any]] = []
-        from ..tokens import CountCache, EstimateCounter, counter_for
-
-        spec = plan.setting("tokens.counter") or "estimate"
-        if spec == "model":
-            spec = plan.model.tokenizer
-        factor = float(plan.setting("tokens.safety_factor") or 1.0)
-        memo = plan.memo
-        if memo.get("counter_spec") != (spec, factor):
-            counter, warning = counter_for(spec, factor=factor)
-            if not isinstance(counter, EstimateCounter):
-                counter = CountCache(counter)  # count each message once, not every step
-            memo.update(
-                counter_spec=(spec, factor),
-                counter=counter,
-                counter_warning=warning,
-                json=JsonCache(counter.count),
-                lower=IdentityLRU(),
-            )
-        self.counter = memo["counter"]
-        warning = memo["counter_warning"]
-        self.json: JsonCache = memo["json"]
-        self.lower_cache = memo["lower"]
-        if warning:
-            self.decide("lower", "tokens.counter", "tokens.counter", {}, warning, "warning")
-
-    def at(self, dotted: str) -> str | None:
-        try:
-            return str(self.plan.locate(dotted))
-        except Exception:
-            return None
-
-    def decide(
-        self,
-        stage: str,
-        rule: str,
-        setting: str | None,
-        inputs: dict[str, Any],
-        result: Any,
-        severity: str = "info",
-    ) -> None:
-        at = self.at(setting) if setting else None
-        self.decisions.append(Decision(stage, rule, at, inputs, result, severity))
-
-    def setting(self, dotted: str, default: Any = None) -> Any:
-        v = self.plan.setting(dotted, default)
-        return default if v is None else v
-
-
-def _lower_settings(r: _Run, has_summary: bool) -> LowerSettings:
+def _lower_settings(r: StepRun, has_summary: bool) -> LowerSettings:
     plan = r.plan
     table = r.setting("lowering.media_in_tool_results", {}) or {}
     media_ok = table.get(plan.model.provider, plan.model.media_in_tool_results)
@@ -180,7 +81,7 @@ def _lower_settings(r: _Run, has_summary: bool) -> LowerSettings:
 
 
 def _build_messages(
-    r: _Run, messages: Sequence[Message]
+    r: StepRun, messages: Sequence[Message]
 ) -> tuple[list[ModelMessage], list[Message], bool, list[dict[str, Any]], list[dict[str, Any]]]:
     view = project(messages)
     has_summary = bool(completed_compactions(view)) or any(m.summary and m.finish for m in view)
@@ -193,7 +94,7 @@ def _build_messages(
     )
     view, muts, ds = inject(view, r.step, inject_settings)
     lowered = lower(view, _lower_settings(r, has_summary), r.lower_cache)
-    ins = _instruction_settings(r)
+    ins = instruction_settings(r)
     if ins.on_demand and ins.project_files:
         from .ondemand import attach
         from .system import instruction_files
@@ -207,7 +108,7 @@ def _build_messages(
 def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> TurnResult:
     """Run every stage of ``plan`` for the next step of ``session``."""
     step = step or StepInput()
-    r = _Run(plan, session, step)
+    r = StepRun(plan, session, step)
     now = max((m.created for m in session.messages), default=0) or int(time.time() * 1000)
 
     # 1-3. history, injection, lowering
@@ -228,25 +129,26 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
     # 4. guards: payload bytes
     max_bytes = int(plan.static_context.get("payload.max_bytes") or 0)
     pieces = [r.json.plain(m) for m in lowered]
-    size = _json_list_bytes(pieces)
+    size = json_list_bytes(pieces)
     if max_bytes and size > max_bytes:
         action = r.setting("payload.on_exceed", "prune-once")
         decided = {"bytes": size, "limit": max_bytes}
         if action == "error":
-            from ..errors import ContextOverflowError, Diagnostic, Location
+            from ..errors import ContextOverflowError, Diagnostic
 
             raise ContextOverflowError(
                 Diagnostic(
                     "runtime.payload",
                     f"request messages are {size:,} bytes, over the limit of {max_bytes:,}",
-                    Location(plan.policy_file, 1, 1),
+                    plan.locate("payload.on_exceed"),
+                    hint="raise payload.max_bytes, or use on_exceed: prune-once",
                 )
             )
         if action == "prune-once":
             early = plan.context(_dynamic_names(r, view, lowered, pieces, size))
-            result = prune(messages, _prune_settings(r, early), r.counter.count, "payload-limit")
-            saving = _saving(messages, set(result.parts), r)
-            if not result.applied or saving <= 0:
+            result = prune(messages, prune_settings(r, early), r.counter.count, "payload-limit")
+            saved = saving(messages, set(result.parts), r)
+            if not result.applied or saved <= 0:
                 r.decide(
                     "guards",
                     "payload-limit",
@@ -261,14 +163,14 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
                 r.mutations.extend(result.mutations(now))
                 lowered, view, has_summary, env_muts, _ = _build_messages(r, messages)
                 pieces = [r.json.plain(m) for m in lowered]
-                size2 = _json_list_bytes(pieces)
+                size = json_list_bytes(pieces)
                 r.decide(
                     "guards",
                     "payload-limit",
                     "payload.max_bytes",
                     decided,
-                    {"pruned_parts": len(result.parts), "bytes_after": size2},
-                    "warning" if size2 > max_bytes else "info",
+                    {"pruned_parts": len(result.parts), "bytes_after": size},
+                    "warning" if size > max_bytes else "info",
                 )
         else:
             r.decide(
@@ -279,10 +181,10 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
     tools = tuple(ToolSpec(t.name, t.description, dict(t.input_schema)) for t in session.tools)
     dynamic = _dynamic_names(r, view, lowered, pieces, size)
     ctx = plan.context(dynamic)
-    compaction_needed = _overflow(r, view, lowered, tools, ctx)
+    compaction_needed = overflow(r, view, lowered, tools, ctx)
 
     # 5. system prompt
-    system_blocks = _system(r, view, ctx)
+    system_blocks = build_system(r, view, ctx)
     system_msgs = [ModelMessage("system", (Text(b),)) for b in system_blocks]
     conversation = list(lowered)
     if (
@@ -311,7 +213,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
         cache=r.json,
     )
     last = last_finished(view)
-    reported = usage_count(last.tokens, _count_fields(r)) if last and not last.summary else None
+    reported = usage_count(last.tokens, count_fields(r)) if last and not last.summary else None
     cap = cap_output(
         configured,
         context=plan.model.limits.context,
@@ -376,52 +278,8 @@ _INJECT_SETTINGS = {
 }
 
 
-def _json_list_bytes(pieces: Sequence[str]) -> int:
-    """UTF-8 size of ``"[" + ",".join(pieces) + "]"`` (Kilo's payload measure), computed
-    piece by piece so the whole body is never built twice."""
-    total = max(len(pieces) - 1, 0) + 2
-    for p in pieces:
-        total += len(p) if p.isascii() else len(p.encode("utf-8", "surrogatepass"))
-    return total
-
-
-def _count_fields(r: _Run) -> list[str]:
-    return list(
-        r.setting("overflow.count", ["input", "output", "reasoning", "cache_read", "cache_write"])
-    )
-
-
-def _prune_settings(r: _Run, ctx: dict[str, Any]) -> PruneSettings:
-    def num(name: str, default: int) -> int:
-        v = ctx.get(name)
-        return default if v is None else int(v)
-
-    return PruneSettings(
-        enabled=bool(r.setting("prune.enabled", True)),
-        normal=bool(r.setting("prune.reasons.normal", False)),
-        post_compaction=bool(r.setting("prune.reasons.post_compaction", True)),
-        payload_limit=bool(r.setting("prune.reasons.payload_limit", True)),
-        protect_turns=int(r.setting("prune.protect_turns", 2)),
-        protect_tokens=num("prune.protect_tokens", 40_000),
-        minimum_tokens=num("prune.minimum_tokens", 20_000),
-        protected_tools=tuple(r.setting("prune.protected_tools", ["skill"])),
-    )
-
-
-def _saving(messages: Sequence[Message], parts: set[str], r: _Run) -> int:
-    from ..session import ToolPart
-
-    placeholder = len(r.setting("prune.placeholder", "").encode())
-    saved = 0
-    for msg in messages:
-        for p in msg.parts:
-            if isinstance(p, ToolPart) and p.id in parts:
-                saved += len(p.output.encode("utf-8", "surrogatepass")) - placeholder
-    return saved
-
-
 def _dynamic_names(
-    r: _Run,
+    r: StepRun,
     view: Sequence[Message],
     lowered: Sequence[ModelMessage],
     pieces: Sequence[str],
@@ -444,7 +302,7 @@ def _dynamic_names(
         "session.last.cache_read": t.cache.read if t else 0,
         "session.last.cache_write": t.cache.write if t else 0,
         "session.last.total": (t.total or 0) if t else 0,
-        "session.last.count": usage_count(t, _count_fields(r)),
+        "session.last.count": usage_count(t, count_fields(r)),
         "request.estimated_tokens": count_json_list(pieces, r.counter.count),
         "request.bytes": size,
         "request.media": sum(1 for m in lowered for p in m.parts if p.kind == "media"),
@@ -460,135 +318,10 @@ def _dynamic_names(
     }
 
 
-def _configured_output(r: _Run, ctx: dict[str, Any]) -> int | None:
+def _configured_output(r: StepRun, ctx: dict[str, Any]) -> int | None:
     send = ctx.get("output.send", True)
     if send is False:
         r.decide("output", "send", "output.send", {}, "no cap is sent")
         return None
     value = ctx.get("output.configured")
     return int(value) if value is not None else None
-
-
-def _overflow(
-    r: _Run,
-    view: Sequence[Message],
-    lowered: Sequence[ModelMessage],
-    tools: Sequence[ToolSpec],
-    ctx: dict[str, Any],
-) -> str | None:
-    plan = r.plan
-    if not r.setting("overflow.auto", True) or not r.setting("compaction.auto", True):
-        return None
-    if plan.model.limits.context == 0:
-        return None
-    limit = ctx.get("overflow.limit", ctx.get("budget.usable"))
-    if limit is None:
-        return None
-    last = last_finished(view)
-    if last is not None and not last.summary:
-        count = usage_count(last.tokens, _count_fields(r))
-        cmp = r.setting("overflow.comparison", ">=")
-        over = count >= limit if cmp == ">=" else count > limit
-        r.decide(
-            "guards",
-            "overflow",
-            "overflow.limit",
-            {"count": count, "limit": limit, "comparison": cmp, "message": last.id},
-            over,
-        )
-        if over:
-            return "overflow"
-    if ctx.get("overflow.preflight.enabled"):
-        m = measure(
-            lowered,
-            tools,
-            factor=float(r.setting("tokens.preflight_factor", 1.3)),
-            counter=r.counter.count,
-            cache=r.json,
-        )
-        if m.continuation and r.setting("overflow.preflight.skip_mid_tool_loop", True):
-            r.decide(
-                "guards",
-                "preflight",
-                "overflow.preflight.enabled",
-                {"normalized": m.normalized, "limit": limit},
-                "skipped: mid tool loop",
-            )
-            return None
-        over = m.normalized >= limit
-        r.decide(
-            "guards",
-            "preflight",
-            "overflow.preflight.enabled",
-            {"normalized": m.normalized, "limit": limit},
-            over,
-        )
-        if over:
-            return "preflight"
-    return None
-
-
-def _instruction_settings(r: _Run) -> InstructionSettings:
-    ins = r.setting("system.instructions", {}) or {}
-    return InstructionSettings(
-        global_files=tuple(ins.get("global_files") or ()),
-        project_files=tuple(ins.get("project_files") or ()),
-        globs=tuple(ins.get("globs") or ()),
-        urls=tuple(ins.get("urls") or ()),
-        url_timeout=float(ins.get("url_timeout_seconds") or 5.0),
-        url_max_bytes=int(ins.get("url_max_bytes") or 262_144),
-        on_demand=bool(ins.get("on_demand")),
-    )
-
-
-def _system(r: _Run, view: Sequence[Message], ctx: dict[str, Any]) -> list[str]:
-    plan = r.plan
-    settings = _instruction_settings(r)
-    last_user = next((m for m in reversed(view) if m.role == "user"), None)
-    texts: list[tuple[str, str]] = []
-    replaced: set[str] = set()
-    produced = list(
-        layer_texts(
-            plan.layers,
-            r.step,
-            ctx,
-            env_fields=tuple(r.setting("environment.static", [])),
-            instructions=settings,
-            user_system=last_user.system if last_user else None,
-        )
-    )
-    for layer, text, _ in produced:
-        if layer.replaces and text.strip():
-            replaced.add(layer.replaces)
-    for layer, text, ds in produced:
-        for d in ds:
-            warn = "warning" in d
-            r.decide(
-                "system",
-                str(d.pop("rule")),
-                "system.instructions",
-                {},
-                d,
-                "warning" if warn else "info",
-            )
-        if layer.id in replaced:
-            continue
-        texts.append((layer.id, text))
-    blocks = assemble(
-        texts,
-        blocks=int(r.setting("system.blocks", 1)),
-        collapse=r.setting("system.collapse", "header-rest"),
-        separator=r.setting("system.separator", "\n"),
-    )
-    r.decide(
-        "system",
-        "layers",
-        "system.layers",
-        {"layers": [i for i, t in texts if t.strip()]},
-        {
-            "blocks": len(blocks),
-            "chars": [len(b) for b in blocks],
-            "family_prompt": plan.prompt.rule if plan.prompt else None,
-        },
-    )
-    return blocks

@@ -12,10 +12,14 @@ import glob
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..plan import LayerPlan
 from .context import StepInput, Workspace
+
+if TYPE_CHECKING:
+    from ..session import Message
+    from .trace import StepRun
 
 SKILLS_INTRO = (
     "Skills provide specialised instructions for particular tasks.\n"
@@ -210,3 +214,69 @@ def assemble(
     head = nonempty[: blocks - 1]
     rest = nonempty[blocks - 1 :]
     return head + ([separator.join(rest)] if rest else [])
+
+
+def instruction_settings(r: StepRun) -> InstructionSettings:
+    ins = r.setting("system.instructions", {}) or {}
+    return InstructionSettings(
+        global_files=tuple(ins.get("global_files") or ()),
+        project_files=tuple(ins.get("project_files") or ()),
+        globs=tuple(ins.get("globs") or ()),
+        urls=tuple(ins.get("urls") or ()),
+        url_timeout=float(ins.get("url_timeout_seconds") or 5.0),
+        url_max_bytes=int(ins.get("url_max_bytes") or 262_144),
+        on_demand=bool(ins.get("on_demand")),
+    )
+
+
+def build_system(r: StepRun, view: Sequence[Message], ctx: dict[str, Any]) -> list[str]:
+    plan = r.plan
+    settings = instruction_settings(r)
+    last_user = next((m for m in reversed(view) if m.role == "user"), None)
+    texts: list[tuple[str, str]] = []
+    replaced: set[str] = set()
+    produced = list(
+        layer_texts(
+            plan.layers,
+            r.step,
+            ctx,
+            env_fields=tuple(r.setting("environment.static", [])),
+            instructions=settings,
+            user_system=last_user.system if last_user else None,
+        )
+    )
+    for layer, text, _ in produced:
+        if layer.replaces and text.strip():
+            replaced.add(layer.replaces)
+    for layer, text, ds in produced:
+        for d in ds:
+            warn = "warning" in d
+            r.decide(
+                "system",
+                str(d.pop("rule")),
+                "system.instructions",
+                {},
+                d,
+                "warning" if warn else "info",
+            )
+        if layer.id in replaced:
+            continue
+        texts.append((layer.id, text))
+    blocks = assemble(
+        texts,
+        blocks=int(r.setting("system.blocks", 1)),
+        collapse=r.setting("system.collapse", "header-rest"),
+        separator=r.setting("system.separator", "\n"),
+    )
+    r.decide(
+        "system",
+        "layers",
+        "system.layers",
+        {"layers": [i for i, t in texts if t.strip()]},
+        {
+            "blocks": len(blocks),
+            "chars": [len(b) for b in blocks],
+            "family_prompt": plan.prompt.rule if plan.prompt else None,
+        },
+    )
+    return blocks

@@ -1,0 +1,116 @@
+"""Guards before a request is sent (spec §3, §4, §8 step 6).
+
+* The payload byte guard: when the message JSON is over ``payload.max_bytes``, prune with
+  reason ``payload-limit`` once (after checking that pruning can help at all), rebuild,
+  and send with a warning if it is still too big.
+* The overflow check on the newest finished assistant's usage, and the preflight estimate
+  of the request about to be sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..session import Message
+from .measure import measure
+from .messages import ModelMessage, ToolSpec
+from .prune import PruneSettings
+from .trace import StepRun, count_fields, last_finished, usage_count
+
+
+def json_list_bytes(pieces: Sequence[str]) -> int:
+    """UTF-8 size of ``"[" + ",".join(pieces) + "]"`` (Kilo's payload measure), computed
+    piece by piece so the whole body is never built twice."""
+    total = max(len(pieces) - 1, 0) + 2
+    for p in pieces:
+        total += len(p) if p.isascii() else len(p.encode("utf-8", "surrogatepass"))
+    return total
+
+
+def prune_settings(r: StepRun, ctx: dict[str, Any]) -> PruneSettings:
+    def num(name: str, default: int) -> int:
+        v = ctx.get(name)
+        return default if v is None else int(v)
+
+    return PruneSettings(
+        enabled=bool(r.setting("prune.enabled", True)),
+        normal=bool(r.setting("prune.reasons.normal", False)),
+        post_compaction=bool(r.setting("prune.reasons.post_compaction", True)),
+        payload_limit=bool(r.setting("prune.reasons.payload_limit", True)),
+        protect_turns=int(r.setting("prune.protect_turns", 2)),
+        protect_tokens=num("prune.protect_tokens", 40_000),
+        minimum_tokens=num("prune.minimum_tokens", 20_000),
+        protected_tools=tuple(r.setting("prune.protected_tools", ["skill"])),
+    )
+
+
+def saving(messages: Sequence[Message], parts: set[str], r: StepRun) -> int:
+    from ..session import ToolPart
+
+    placeholder = len(r.setting("prune.placeholder", "").encode())
+    saved = 0
+    for msg in messages:
+        for p in msg.parts:
+            if isinstance(p, ToolPart) and p.id in parts:
+                saved += len(p.output.encode("utf-8", "surrogatepass")) - placeholder
+    return saved
+
+
+def overflow(
+    r: StepRun,
+    view: Sequence[Message],
+    lowered: Sequence[ModelMessage],
+    tools: Sequence[ToolSpec],
+    ctx: dict[str, Any],
+) -> str | None:
+    plan = r.plan
+    if not r.setting("overflow.auto", True) or not r.setting("compaction.auto", True):
+        return None
+    if plan.model.limits.context == 0:
+        return None
+    limit = ctx.get("overflow.limit", ctx.get("budget.usable"))
+    if limit is None:
+        return None
+    last = last_finished(view)
+    if last is not None and not last.summary:
+        count = usage_count(last.tokens, count_fields(r))
+        cmp = r.setting("overflow.comparison", ">=")
+        over = count >= limit if cmp == ">=" else count > limit
+        r.decide(
+            "guards",
+            "overflow",
+            "overflow.limit",
+            {"count": count, "limit": limit, "comparison": cmp, "message": last.id},
+            over,
+        )
+        if over:
+            return "overflow"
+    if ctx.get("overflow.preflight.enabled"):
+        m = measure(
+            lowered,
+            tools,
+            factor=float(r.setting("tokens.preflight_factor", 1.3)),
+            counter=r.counter.count,
+            cache=r.json,
+        )
+        if m.continuation and r.setting("overflow.preflight.skip_mid_tool_loop", True):
+            r.decide(
+                "guards",
+                "preflight",
+                "overflow.preflight.enabled",
+                {"normalized": m.normalized, "limit": limit},
+                "skipped: mid tool loop",
+            )
+            return None
+        over = m.normalized >= limit
+        r.decide(
+            "guards",
+            "preflight",
+            "overflow.preflight.enabled",
+            {"normalized": m.normalized, "limit": limit},
+            over,
+        )
+        if over:
+            return "preflight"
+    return None

@@ -1,0 +1,128 @@
+r"""Per-step state shared by the runtime stages: the decisions trace and the settings.
+
+A :class:`StepRun` is made once per ``Plan.apply`` call. It records :class:`Decision`\ s
+with the policy location of the rule behind each, reads the effective policy, and holds
+the plan-level caches (token counter, per-message JSON, lowering).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..session import Message, Session, TokenUsage
+from .context import StepInput
+from .measure import JsonCache
+from .memo import IdentityLRU
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One entry of the decisions trace."""
+
+    stage: str
+    rule: str
+    at: str | None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    result: Any = None
+    severity: str = "info"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"stage": self.stage, "rule": self.rule, "at": self.at}
+        if self.inputs:
+            out["inputs"] = self.inputs
+        out["result"] = self.result
+        if self.severity != "info":
+            out["severity"] = self.severity
+        return out
+
+
+def usage_count(tokens: TokenUsage | None, fields: Sequence[str]) -> int:
+    """Kilo's overflow count: the listed usage fields, or the provider total if they sum
+    to 0 (``kilocode/session/overflow.ts@030412e:71-74``)."""
+    if tokens is None:
+        return 0
+    values = {
+        "input": tokens.input,
+        "output": tokens.output,
+        "reasoning": tokens.reasoning,
+        "cache_read": tokens.cache.read,
+        "cache_write": tokens.cache.write,
+    }
+    total = sum(values[f] for f in fields)
+    return total or (tokens.total or 0)
+
+
+def last_finished(messages: Sequence[Message]) -> Message | None:
+    """The chronologically newest finished assistant message, summaries included (Kilo's
+    ``lastFinished``). After a compaction it is the summary, whose usage is not checked
+    for overflow nor reported to the output cap: it describes the old, larger context."""
+    done = [m for m in messages if m.role == "assistant" and m.finish is not None]
+    return max(done, key=lambda m: (m.created, m.id)) if done else None
+
+
+class StepRun:
+    """State of one apply call."""
+
+    def __init__(self, plan: Plan, session: Session, step: StepInput) -> None:
+        self.plan = plan
+        self.session = session
+        self.step = step
+        self.decisions: list[Decision] = []
+        self.mutations: list[dict[str, Any]] = []
+        from ..tokens import CountCache, EstimateCounter, counter_for
+
+        spec = plan.setting("tokens.counter") or "estimate"
+        if spec == "model":
+            spec = plan.model.tokenizer
+        factor = float(plan.setting("tokens.safety_factor") or 1.0)
+        memo = plan.memo
+        if memo.get("counter_spec") != (spec, factor):
+            counter, warning = counter_for(spec, factor=factor)
+            if not isinstance(counter, EstimateCounter):
+                counter = CountCache(counter)  # count each message once, not every step
+            memo.update(
+                counter_spec=(spec, factor),
+                counter=counter,
+                counter_warning=warning,
+                json=JsonCache(counter.count),
+                lower=IdentityLRU(),
+            )
+        self.counter = memo["counter"]
+        warning = memo["counter_warning"]
+        self.json: JsonCache = memo["json"]
+        self.lower_cache = memo["lower"]
+        if warning:
+            self.decide("lower", "tokens.counter", "tokens.counter", {}, warning, "warning")
+
+    def at(self, dotted: str) -> str | None:
+        try:
+            return str(self.plan.locate(dotted))
+        except Exception:
+            return None
+
+    def decide(
+        self,
+        stage: str,
+        rule: str,
+        setting: str | None,
+        inputs: dict[str, Any],
+        result: Any,
+        severity: str = "info",
+    ) -> None:
+        at = self.at(setting) if setting else None
+        self.decisions.append(Decision(stage, rule, at, inputs, result, severity))
+
+    def setting(self, dotted: str, default: Any = None) -> Any:
+        v = self.plan.setting(dotted, default)
+        return default if v is None else v
+
+
+def count_fields(r: StepRun) -> list[str]:
+    return list(
+        r.setting("overflow.count", ["input", "output", "reasoning", "cache_read", "cache_write"])
+    )
