@@ -259,7 +259,10 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
         request, plan.cache_settings(automatic_enabled=step.automatic_caching)
     )
     for d in cache_ds:
-        r.decide("cache", str(d.get("rule", d.get("decision", "marker"))), "cache.rule", {}, d)
+        rest = {k: v for k, v in d.items() if k not in ("rule", "action", "reason")}
+        severity = "warning" if d.get("action") == "warn" else "info"
+        rule = f"{d.get('rule', 'cache')}.{d.get('action', 'mark')}"
+        r.decide("cache", rule, "cache.rule", rest, d.get("reason"), severity)
 
     # 8. render
     from ..providers import render
