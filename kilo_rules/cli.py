@@ -311,7 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KiloRulesError as exc:
         print(render_text(exc.diagnostics), file=sys.stderr)
         return EXIT_DIAGNOSTICS
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"kilo-rules: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
         print(f"kilo-rules: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:  # pragma: no cover
