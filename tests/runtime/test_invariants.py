@@ -6,6 +6,7 @@ budget is never exceeded; the session handed in is never changed."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -170,7 +171,12 @@ def _strip_marks(node: Any) -> Any:
     return node
 
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# KILO_RULES_PROPERTY_EXAMPLES raises the count for a deeper run on demand.
+FAST = settings(
+    max_examples=int(os.environ.get("KILO_RULES_PROPERTY_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @FAST
