@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 from .cachesim import CacheSimulator, CacheStep, blocks
+from .catalog import Prices
 from .errors import ContextOverflowError, Diagnostic
 from .plan import Plan
 from .runtime.facade import Runtime, StepResult
@@ -33,7 +34,14 @@ from .session import CacheTokens, Message, Session, TokenUsage
 from .summarize import Summarizer, SummaryRequest
 from .tokens import CountCache, TokenCounter, counter_for
 
-__all__ = ["SimulationReport", "SimulationStep", "default_counter", "simulate"]
+__all__ = [
+    "SimulationReport",
+    "SimulationStep",
+    "default_counter",
+    "simulate",
+    "step_cost",
+    "without_recorded_compactions",
+]
 
 #: The counter every plan is measured with unless the caller passes another.
 COUNTER_SPEC = "tiktoken:cl100k_base"
@@ -171,11 +179,11 @@ class SimulationReport:
         return out
 
 
-def step_cost(plan: Plan, cache: CacheStep, output: int) -> float | None:
-    """USD of one request at the model's catalog prices; None when it has none.
+def step_cost(prices: Prices | None, cache: CacheStep, output: int) -> float | None:
+    """USD of one request at catalog ``prices`` (USD per Mtok); None without prices.
 
     A 1-hour write without its own price is charged at Anthropic's multiplier (2x input)."""
-    p = plan.model.prices
+    p = prices
     if p is None:
         return None
     write_1h = p.cache_write_1h if p.cache_write_1h is not None else 2 * p.input
@@ -291,7 +299,7 @@ class _Replay:
                     compactions=compactions,
                     provider_overflows=overflows,
                     markers=markers,
-                    cost=step_cost(self.plan, split, output),
+                    cost=step_cost(self.plan.model.prices, split, output),
                 )
             )
             usage = TokenUsage(
