@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .cachesim import CacheSimulator, CacheStep, blocks
+from .cachesim import Block, CacheSimulator, CacheStep, blocks
 from .catalog import Prices
 from .errors import ContextOverflowError, Diagnostic
 from .plan import Plan
@@ -229,6 +229,17 @@ def _output(msg: Message) -> int:
     return (msg.tokens.output + msg.tokens.reasoning) if msg.tokens else 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """The request a step sends, as blocks, and what it took to get there."""
+
+    result: StepResult
+    blocks: list[Block]
+    compactions: int
+    overflows: int
+    markers: int
+
+
 class _Replay:
     """One plan over one session (see the module docstring)."""
 
@@ -250,7 +261,7 @@ class _Replay:
         self.report = SimulationReport(plan.policy, m.id, self.window, counter.name)
         self.report.prices = prices
 
-    def _build(self, live: Session) -> tuple[StepResult, int, int, int]:
+    def _build(self, live: Session) -> _Built:
         """The request for the next step, retried while the provider would reject it."""
         from .providers import count_markers
 
@@ -271,8 +282,8 @@ class _Replay:
             result = self.runtime.step(result.session)
             compactions += result.compactions
             seq = blocks(result.request, self.counter.count)
-        self._seq = seq
-        return result, compactions, overflows, count_markers(result.request, result.turn.provider)
+        markers = count_markers(result.request, result.turn.provider)
+        return _Built(result, seq, compactions, overflows, markers)
 
     def run(self, original: Session) -> SimulationReport:
         out = self.report
@@ -282,23 +293,23 @@ class _Replay:
                 live = live.model_copy(update={"messages": [*live.messages, msg]})
                 continue
             try:
-                result, compactions, overflows, markers = self._build(live)
+                built = self._build(live)
             except ContextOverflowError as exc:
                 out.error = exc.diagnostics[0].message if exc.diagnostics else str(exc)
                 break
-            split = self.cache.step(self._seq)
+            split = self.cache.step(built.blocks)
             output = _output(msg)
-            out.compactions += compactions
-            out.provider_overflows += overflows
+            out.compactions += built.compactions
+            out.provider_overflows += built.overflows
             out.steps.append(
                 SimulationStep(
                     index=len(out.steps) + 1,
                     message_id=msg.id,
                     cache=split,
                     output=output,
-                    compactions=compactions,
-                    provider_overflows=overflows,
-                    markers=markers,
+                    compactions=built.compactions,
+                    provider_overflows=built.overflows,
+                    markers=built.markers,
                     cost=step_cost(self.plan.model.prices, split, output),
                 )
             )
@@ -309,9 +320,8 @@ class _Replay:
                 cache=CacheTokens(read=split.read, write=split.write),
             )
             answered = msg.model_copy(update={"tokens": usage})
-            live = result.session.model_copy(
-                update={"messages": [*result.session.messages, answered]}
-            )
+            grown = built.result.session
+            live = grown.model_copy(update={"messages": [*grown.messages, answered]})
         out.summary_input = self.metered.input
         out.summary_output = self.metered.output
         return out
