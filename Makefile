@@ -17,6 +17,7 @@ demo: $(BIN)/kilo-rules
 
 test: $(BIN)/kilo-rules
 	$(BIN)/ruff check kilo_rules tests benchmarks
+	$(BIN)/ruff format --check kilo_rules tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 

@@ -29,29 +29,42 @@ from kilo_rules.expr import (
     nullable,
 )
 
-VOCAB = default_vocabulary().extended({
-    "budget.usable": INT,
-    "output.max_tokens": INT,
-    "threshold.percent": nullable(NUMBER),
-})
+VOCAB = default_vocabulary().extended(
+    {
+        "budget.usable": INT,
+        "output.max_tokens": INT,
+        "threshold.percent": nullable(NUMBER),
+    }
+)
 
 #: (label, expression, result type): what a Kilo-like policy evaluates for one step.
 POLICY: list[tuple[str, str, Type]] = [
-    ("output cap", "min(model.limits.output, config.output_token_max ?? 32000) "
-                   "if model.limits.output > 0 else config.output_token_max ?? 32000", INT),
-    ("usable window", "model.limits.input - min(20000, output.max_tokens) "
-                      "if model.limits.input != null "
-                      "else model.limits.context - output.max_tokens", INT),
+    (
+        "output cap",
+        "min(model.limits.output, config.output_token_max ?? 32000) "
+        "if model.limits.output > 0 else config.output_token_max ?? 32000",
+        INT,
+    ),
+    (
+        "usable window",
+        "model.limits.input - min(20000, output.max_tokens) "
+        "if model.limits.input != null "
+        "else model.limits.context - output.max_tokens",
+        INT,
+    ),
     ("prune budget", "clamp(floor(budget.usable * 0.25), 2000, 8000)", INT),
     ("claude?", 'model.api_id contains "claude" or model.provider == "anthropic"', BOOL),
     ("kimi?", 'lower(model.api_id) contains "kimi"', BOOL),
     ("beast regex", 'model.api_id matches "gpt-(4|o1|o3)"', BOOL),
-    ("threshold", "min(budget.usable, floor((model.limits.input ?? model.limits.context) "
-                  "* (threshold.percent ?? 100) / 100))", INT),
+    (
+        "threshold",
+        "min(budget.usable, floor((model.limits.input ?? model.limits.context) "
+        "* (threshold.percent ?? 100) / 100))",
+        INT,
+    ),
     ("overflow", "session.last.count >= budget.usable and not request.mid_tool_loop", BOOL),
     ("media reserve", "request.estimated_tokens + request.media * 2048", INT),
-    ("prompt", '"anthropic" if model.api_id contains "claude" else model.prompt ?? "default"',
-     STR),
+    ("prompt", '"anthropic" if model.api_id contains "claude" else model.prompt ?? "default"', STR),
     ("constant", "20_000 * 2", INT),
 ]
 
@@ -97,10 +110,14 @@ def main(argv: list[str]) -> int:
         total_tree += slow
         print(f"{label:<16}{fast:>13.3f}{slow:>14.2f}{slow / fast:>8.1f}×")
     count = len(POLICY)
-    print(f"{'one step':<16}{total_compiled:>13.3f}{total_tree:>14.2f}"
-          f"{total_tree / total_compiled:>8.1f}×")
-    print(f"mean per expression: compiled {total_compiled / count:.3f} µs, "
-          f"tree walk {total_tree / count:.2f} µs, ratio {total_tree / total_compiled:.1f}×")
+    print(
+        f"{'one step':<16}{total_compiled:>13.3f}{total_tree:>14.2f}"
+        f"{total_tree / total_compiled:>8.1f}×"
+    )
+    print(
+        f"mean per expression: compiled {total_compiled / count:.3f} µs, "
+        f"tree walk {total_tree / count:.2f} µs, ratio {total_tree / total_compiled:.1f}×"
+    )
     return 0
 
 

@@ -42,6 +42,7 @@ from .session import (
     session_from_data,
     session_from_json,
 )
+from .simulate import SimulationReport, simulate
 from .summarize import Summarizer, SummarizerError, SummaryRequest
 from .summarizers import ExtractiveSummarizer, HttpSummarizer
 from .truncate import cleanup_spill_dir, truncate_output
@@ -73,6 +74,7 @@ __all__ = [
     "Runtime",
     "Session",
     "SessionError",
+    "SimulationReport",
     "Skill",
     "StepInput",
     "StepResult",
@@ -97,5 +99,6 @@ __all__ = [
     "resolve_policy",
     "session_from_data",
     "session_from_json",
+    "simulate",
     "truncate_output",
 ]

@@ -194,6 +194,13 @@ def _contradictions(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
                 policy.locate((*base, "overflow", "threshold_percent")),
             )
         ttl = _get(body, ("cache", "ttl"))
+        if _get(body, ("cache", "message_ttl")) == "1h" and ttl != "1h":
+            yield Diagnostic(
+                "policy.contradiction",
+                "cache.message_ttl is 1h but cache.ttl is not: a 1-hour mark may not follow "
+                "a 5-minute one (tools and system come first)",
+                policy.locate((*base, "cache", "message_ttl")),
+            )
         rule = _get(body, ("cache", "rule"))
         if ttl is not None and rule == "none":
             yield Diagnostic(

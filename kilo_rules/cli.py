@@ -283,16 +283,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build_args(p)
     p.set_defaults(func=cmd_demo)
 
-    import importlib
+    from . import cli_simulate
+    from .importers import cli as import_cli
 
-    try:
-        import_cli = importlib.import_module("kilo_rules.importers.cli")
-    except ImportError:  # the importers may be absent from a trimmed build
-        import_cli = None
-    if import_cli is not None:
-        p = sub.add_parser("import", help="import a recorded agent log into Session v1")
-        import_cli.add_arguments(p)
-        p.set_defaults(func=import_cli.run)
+    p = sub.add_parser("import", help="import a recorded agent log into Session v1")
+    import_cli.add_arguments(p)
+    p.set_defaults(func=import_cli.run)
+
+    p = sub.add_parser("simulate", help="replay a recorded session under policies; compare cost")
+    cli_simulate.add_arguments(p)
+    p.set_defaults(func=cli_simulate.run)
     return parser
 
 

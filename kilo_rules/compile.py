@@ -269,6 +269,7 @@ def _stage_cache(b: _Build) -> None:
         "budget": max(0, budget),
         "provider_limit": provider_limit,
         "ttl": b.get(("cache", "ttl")),
+        "message_ttl": b.get(("cache", "message_ttl")),
         "skip_trailing_environment": bool(b.get(("cache", "skip_trailing_environment"))),
         "respect_automatic": bool(b.get(("cache", "respect_automatic"))),
         "shape": shape,

@@ -170,6 +170,7 @@ class Plan:
             latest_user_message=c["latest_user_message"],
             budget=c["budget"],
             ttl=c["ttl"],
+            message_ttl=c.get("message_ttl"),
             skip_trailing_environment=c["skip_trailing_environment"],
             respect_automatic=c["respect_automatic"],
             automatic_enabled=automatic_enabled,

@@ -480,6 +480,11 @@ class Cache(_Section):
         None, description="Most markers per request (never above the provider's limit)."
     )
     ttl: Literal["5m", "1h"] | None = Field(None, description="Marker TTL (null = default).")
+    message_ttl: Literal["5m", "1h"] | None = Field(
+        None,
+        description="TTL of marks on conversation messages when it differs from ttl (which "
+        "then applies to tools and system); a 1h message mark needs a 1h ttl.",
+    )
     skip_trailing_environment: bool | None = Field(
         None, description="Place part-level markers before a trailing environment block."
     )

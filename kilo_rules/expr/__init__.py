@@ -60,8 +60,11 @@ def compile_source(
     expr = parse(text, locate=locate)
     result, diagnostics = infer(expr, vocab, expected)
     if fallback is not NO_FALLBACK and not assignable(type_of_value(fallback), expected):
-        diagnostics.append(Diagnostic(
-            "expr.type", f"the fallback {fallback!r} is not a {expected}", expr.location()))
+        diagnostics.append(
+            Diagnostic(
+                "expr.type", f"the fallback {fallback!r} is not a {expected}", expr.location()
+            )
+        )
     if diagnostics:
         raise ExprError(diagnostics)
     return compile_expr(expr, fallback=fallback, result_type=result)

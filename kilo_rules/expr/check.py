@@ -65,8 +65,13 @@ class _Checker:
     def error(self, code: str, node: Node, message: str, hint: str | None = None) -> Type:
         if len(self.diagnostics) < LIMITS.max_diagnostics:
             self.diagnostics.append(
-                Diagnostic(code, message, self.expr.location(node), hint=hint,
-                           details={"expression": self.expr.text})
+                Diagnostic(
+                    code,
+                    message,
+                    self.expr.location(node),
+                    hint=hint,
+                    details={"expression": self.expr.text},
+                )
             )
         return ANY
 
@@ -79,24 +84,34 @@ class _Checker:
         return method(self, node, facts)
 
     # A value used where null is not allowed: the most common mistake, so a precise hint.
-    def need(self, node: Node, t: Type, ok: Callable[[Type], bool], wanted: str,
-             context: str) -> bool:
+    def need(
+        self, node: Node, t: Type, ok: Callable[[Type], bool], wanted: str, context: str
+    ) -> bool:
         if t.is_any:
             return True
         if t.nullable and t.non_null().kinds and ok(t.non_null()):
             shown = self.src(node)
-            self.error("expr.type", node, f"{shown} may be null; {context} needs {wanted}",
-                       hint=f"give a default with `{shown} ?? ...`, or test "
-                            f"`{shown} != null` first")
+            self.error(
+                "expr.type",
+                node,
+                f"{shown} may be null; {context} needs {wanted}",
+                hint=f"give a default with `{shown} ?? ...`, or test `{shown} != null` first",
+            )
             return False
         if not ok(t):
-            self.error("expr.type", node, f"{context} needs {wanted}, but {self.src(node)} "
-                                          f"is {t}")
+            self.error("expr.type", node, f"{context} needs {wanted}, but {self.src(node)} is {t}")
             return False
         return True
 
-    def need_both(self, node: Binary, left: Type, right: Type, ok: Callable[[Type], bool],
-                  wanted: str, context: str) -> bool:
+    def need_both(
+        self,
+        node: Binary,
+        left: Type,
+        right: Type,
+        ok: Callable[[Type], bool],
+        wanted: str,
+        context: str,
+    ) -> bool:
         """:meth:`need` for both operands, reporting each one that fails."""
         left_ok = self.need(node.left, left, ok, wanted, context)
         right_ok = self.need(node.right, right, ok, wanted, context)
@@ -112,12 +127,19 @@ class _Checker:
         if self.vocab.is_group(node.name):
             members = self.vocab.members(node.name)
             shown = ", ".join(members[:6]) + (", ..." if len(members) > 6 else "")
-            return self.error("expr.unknown-name", node,
-                              f"{node.name} is a group of names, not a value",
-                              hint=f"use one of {shown}")
+            return self.error(
+                "expr.unknown-name",
+                node,
+                f"{node.name} is a group of names, not a value",
+                hint=f"use one of {shown}",
+            )
         suggestion = self.vocab.suggest(node.name)
-        return self.error("expr.unknown-name", node, f"unknown name {node.name}",
-                          hint=f"did you mean {suggestion}?" if suggestion else None)
+        return self.error(
+            "expr.unknown-name",
+            node,
+            f"unknown name {node.name}",
+            hint=f"did you mean {suggestion}?" if suggestion else None,
+        )
 
     def list_(self, node: ListExpr, facts: _Facts) -> Type:
         elem: Type = NEVER
@@ -125,9 +147,13 @@ class _Checker:
             t = self.visit(item, facts)
             joined = join(elem, t)
             if joined is None:
-                self.error("expr.type", item, f"list items must all have one type, but "
-                                              f"{self.src(item)} is {t} and earlier items "
-                                              f"are {elem}")
+                self.error(
+                    "expr.type",
+                    item,
+                    f"list items must all have one type, but "
+                    f"{self.src(item)} is {t} and earlier items "
+                    f"are {elem}",
+                )
                 joined = ANY
             elem = joined
         return list_of(elem)
@@ -154,14 +180,21 @@ class _Checker:
         if op == "??":
             result = join(left.non_null(), right)
             if result is None:
-                return self.error("expr.type", node, f"both sides of '??' must have one type, "
-                                                     f"but they are {left} and {right}")
+                return self.error(
+                    "expr.type",
+                    node,
+                    f"both sides of '??' must have one type, but they are {left} and {right}",
+                )
             return right if left == NULL else result
         if op in ("==", "!="):
             if not comparable(left, right):
-                return self.error("expr.type", node, f"{self.src(node.left)} ({left}) and "
-                                                     f"{self.src(node.right)} ({right}) can "
-                                                     f"never be equal")
+                return self.error(
+                    "expr.type",
+                    node,
+                    f"{self.src(node.left)} ({left}) and "
+                    f"{self.src(node.right)} ({right}) can "
+                    f"never be equal",
+                )
             return BOOL
         if op in _ARITHMETIC:
             return self.arithmetic(node, left, right)
@@ -188,28 +221,39 @@ class _Checker:
         return INT if left == INT and right == INT else NUMBER
 
     def ordering(self, node: Binary, left: Type, right: Type) -> Type:
-        ok = self.need_both(node, left, right, lambda t: t.is_numeric() or t == STR,
-                            "a number or a string", f"'{node.op}'")
+        ok = self.need_both(
+            node,
+            left,
+            right,
+            lambda t: t.is_numeric() or t == STR,
+            "a number or a string",
+            f"'{node.op}'",
+        )
         if ok and not (left.is_any or right.is_any) and (left == STR) != (right == STR):
-            self.error("expr.type", node, f"cannot compare {left} with {right} using "
-                                          f"'{node.op}'")
+            self.error("expr.type", node, f"cannot compare {left} with {right} using '{node.op}'")
         return BOOL
 
     def membership(self, node: Binary, left: Type, right: Type) -> Type:
         # `a contains b` is `b in a`: normalise to (item, container).
-        item, container = (node.right, node.left) if node.op == "contains" else \
-            (node.left, node.right)
+        item, container = (
+            (node.right, node.left) if node.op == "contains" else (node.left, node.right)
+        )
         item_t, container_t = (right, left) if node.op == "contains" else (left, right)
-        ok = self.need(container, container_t, lambda t: t == STR or t.is_kind("list"),
-                       "a string or a list", f"'{node.op}'")
+        ok = self.need(
+            container,
+            container_t,
+            lambda t: t == STR or t.is_kind("list"),
+            "a string or a list",
+            f"'{node.op}'",
+        )
         if not ok or container_t.is_any:
             return BOOL
         if container_t == STR:
-            self.need(item, item_t, lambda t: t == STR, "a string",
-                      f"'{node.op}' on a string")
+            self.need(item, item_t, lambda t: t == STR, "a string", f"'{node.op}' on a string")
         elif not comparable(item_t, container_t.elem or NEVER):
-            self.error("expr.type", node, f"{self.src(item)} ({item_t}) can never be in a "
-                                          f"{container_t}")
+            self.error(
+                "expr.type", node, f"{self.src(item)} ({item_t}) can never be in a {container_t}"
+            )
         return BOOL
 
     def regex(self, node: Node) -> None:
@@ -225,8 +269,11 @@ class _Checker:
         orelse = self.visit(node.orelse, facts | _names_known_non_null(node.cond, False))
         result = join(then, orelse)
         if result is None:
-            return self.error("expr.type", node, f"both branches must have one type, but "
-                                                 f"they are {then} and {orelse}")
+            return self.error(
+                "expr.type",
+                node,
+                f"both branches must have one type, but they are {then} and {orelse}",
+            )
         return result
 
     def call(self, node: Call, facts: _Facts) -> Type:
@@ -235,22 +282,30 @@ class _Checker:
         if func is None:
             suggestion = did_you_mean(node.func, FUNCTIONS)
             return self.error(
-                "expr.unknown-function", node, f"unknown function {node.func}()",
-                hint=f"did you mean {suggestion}()?" if suggestion
+                "expr.unknown-function",
+                node,
+                f"unknown function {node.func}()",
+                hint=f"did you mean {suggestion}()?"
+                if suggestion
                 else "functions: " + ", ".join(sorted(FUNCTIONS)),
             )
         count = len(args)
         if count < func.min_args or (func.max_args is not None and count > func.max_args):
-            return self.error("expr.arity", node, f"{func.name}() takes {func.arity_text()}, "
-                                                  f"got {count}", hint=func.signature)
+            return self.error(
+                "expr.arity",
+                node,
+                f"{func.name}() takes {func.arity_text()}, got {count}",
+                hint=func.signature,
+            )
         if node.func == "regex_match" and count == 2:
             self.regex(node.args[1])
         try:
             return func.result(args)
         except ArgTypeError as exc:
             target = node.args[exc.index] if exc.index is not None else node
-            return self.error("expr.type", target, f"{func.name}(): {exc.message}",
-                              hint=func.signature)
+            return self.error(
+                "expr.type", target, f"{func.name}(): {exc.message}", hint=func.signature
+            )
 
 
 _VISIT: dict[type, Callable[[_Checker, Node, _Facts], Type]] = {
@@ -264,8 +319,9 @@ _VISIT: dict[type, Callable[[_Checker, Node, _Facts], Type]] = {
 }
 
 
-def infer(expr: Expr, vocab: Vocabulary, expected: Type | None = None
-          ) -> tuple[Type, list[Diagnostic]]:
+def infer(
+    expr: Expr, vocab: Vocabulary, expected: Type | None = None
+) -> tuple[Type, list[Diagnostic]]:
     """The type of ``expr`` and every problem found, best first."""
     checker = _Checker(expr, vocab)
     result = checker.visit(expr.root, frozenset())
@@ -273,15 +329,22 @@ def infer(expr: Expr, vocab: Vocabulary, expected: Type | None = None
         root = expr.root
         if result.nullable and assignable(result.non_null(), expected):
             shown = checker.src(root)
-            checker.error("expr.type", root, f"this expression may be null, but {expected} "
-                                             "is required here",
-                          hint=f"give a default with `{shown} ?? ...`")
+            checker.error(
+                "expr.type",
+                root,
+                f"this expression may be null, but {expected} is required here",
+                hint=f"give a default with `{shown} ?? ...`",
+            )
         else:
             hint = None
             if expected == INT and result.is_numeric():
                 hint = "use floor(), ceil(), round() or int() to get a whole number"
-            checker.error("expr.type", root, f"expected {expected}, but this expression is "
-                                             f"{result}", hint=hint)
+            checker.error(
+                "expr.type",
+                root,
+                f"expected {expected}, but this expression is {result}",
+                hint=hint,
+            )
     return result, sorted(checker.diagnostics, key=Diagnostic.sort_key)
 
 

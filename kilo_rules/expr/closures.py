@@ -21,10 +21,15 @@ OP_ERRORS = (TypeError, ValueError, OpError, OverflowError, ZeroDivisionError)
 _NUM = frozenset({int, float})
 _MAX = LIMITS.max_int
 _FAST: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
-    "+": (operator.add, "arith"), "-": (operator.sub, "arith"), "*": (operator.mul, "arith"),
-    "/": (operator.truediv, "divide"), "//": (operator.floordiv, "divide"),
+    "+": (operator.add, "arith"),
+    "-": (operator.sub, "arith"),
+    "*": (operator.mul, "arith"),
+    "/": (operator.truediv, "divide"),
+    "//": (operator.floordiv, "divide"),
     "%": (operator.mod, "divide"),
-    "<": (operator.lt, "order"), "<=": (operator.le, "order"), ">": (operator.gt, "order"),
+    "<": (operator.lt, "order"),
+    "<=": (operator.le, "order"),
+    ">": (operator.gt, "order"),
     ">=": (operator.ge, "order"),
 }
 
@@ -37,8 +42,9 @@ class Fail(Exception):  # noqa: N818 -- a signal between closures, never escapes
         self.node, self.message, self.missing = node, message, missing
 
 
-def failure_message(expr: Expr, node: Node, operands: tuple[tuple[Node, Any], ...],
-                    exc: Exception, what: str) -> str:
+def failure_message(
+    expr: Expr, node: Node, operands: tuple[tuple[Node, Any], ...], exc: Exception, what: str
+) -> str:
     """A message for a failed operation, naming the operand that was null if one was."""
     if isinstance(exc, OpError):
         return str(exc)
@@ -49,8 +55,9 @@ def failure_message(expr: Expr, node: Node, operands: tuple[tuple[Node, Any], ..
     return f"{what} cannot be applied to {kinds}"
 
 
-def fast_binary(op: str, lf: Fn, rf: Fn, rconst: bool, rvalue: Any,
-                 checked: Callable[[Any, Any], Any]) -> Fn:
+def fast_binary(
+    op: str, lf: Fn, rf: Fn, rconst: bool, rvalue: Any, checked: Callable[[Any, Any], Any]
+) -> Fn:
     """The closure for a binary operator, with an inline path for the common case.
 
     Numbers go through a C-level operator and a range check without any extra Python
@@ -68,6 +75,7 @@ def fast_binary(op: str, lf: Fn, rf: Fn, rconst: bool, rvalue: Any,
         return lambda ctx: checked(lf(ctx), rf(ctx))
     f, kind = fast
     if kind == "order":
+
         def order(ctx: Mapping[str, Any]) -> Any:
             a = lf(ctx)
             b = rvalue if rconst else rf(ctx)
@@ -90,8 +98,11 @@ def fast_binary(op: str, lf: Fn, rf: Fn, rconst: bool, rvalue: Any,
     return arithmetic
 
 
-def call_closure(impl: Callable[..., Any], fail: Callable[[tuple[Any, ...], Exception], Fail],
-          args: list[tuple[Fn, bool, Any]]) -> Fn:
+def call_closure(
+    impl: Callable[..., Any],
+    fail: Callable[[tuple[Any, ...], Exception], Fail],
+    args: list[tuple[Fn, bool, Any]],
+) -> Fn:
     """The closure for a call, specialised for the common shapes so that constant arguments
     are passed as values and no helper frame sits between the closure and the function."""
     fns = [fn for fn, _, _ in args]

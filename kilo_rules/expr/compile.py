@@ -57,8 +57,16 @@ class CompiledExpr:
 
     __slots__ = ("_value", "evaluate", "expr", "fallback", "is_constant", "names", "type")
 
-    def __init__(self, expr: Expr, fn: Fn, *, constant: bool, value: Any,
-                 fallback: Any = NO_FALLBACK, result_type: Type | None = None) -> None:
+    def __init__(
+        self,
+        expr: Expr,
+        fn: Fn,
+        *,
+        constant: bool,
+        value: Any,
+        fallback: Any = NO_FALLBACK,
+        result_type: Type | None = None,
+    ) -> None:
         from .vocabulary import free_names
 
         self.expr = expr
@@ -115,13 +123,21 @@ class CompiledExpr:
 
 
 def _eval_error(expr: Expr, fail: Fail) -> EvalError:
-    return EvalError(Diagnostic(
-        "expr.eval", f"{fail.message} (in `{expr.text}`)", expr.location(fail.node),
-        details={"expression": expr.text, "subexpression": expr.source(fail.node),
-                 "kind": "missing-name" if fail.missing else "runtime"},
-        hint="the evaluation context must provide every name the expression reads"
-        if fail.missing else None,
-    ))
+    return EvalError(
+        Diagnostic(
+            "expr.eval",
+            f"{fail.message} (in `{expr.text}`)",
+            expr.location(fail.node),
+            details={
+                "expression": expr.text,
+                "subexpression": expr.source(fail.node),
+                "kind": "missing-name" if fail.missing else "runtime",
+            },
+            hint="the evaluation context must provide every name the expression reads"
+            if fail.missing
+            else None,
+        )
+    )
 
 
 _Compiled = tuple[Fn, bool, Any]  # (closure, is constant, constant value)
@@ -152,11 +168,17 @@ class _Compiler:
             return self.constant(fn(_EMPTY))
         except Fail as fail:
             where = self.expr.location(fail.node)
-            raise ExprError(Diagnostic(
-                "expr.eval", f"this always fails: {fail.message}", where,
-                details={"expression": self.expr.text,
-                         "subexpression": self.expr.source(fail.node)},
-            )) from None
+            raise ExprError(
+                Diagnostic(
+                    "expr.eval",
+                    f"this always fails: {fail.message}",
+                    where,
+                    details={
+                        "expression": self.expr.text,
+                        "subexpression": self.expr.source(fail.node),
+                    },
+                )
+            ) from None
 
     def name(self, node: Name) -> Fn:
         # A C-level getter: no Python frame per name. A missing key raises KeyError, which
@@ -180,6 +202,7 @@ class _Compiler:
         expr = self.expr
 
         if node.op == "not":
+
             def run(ctx: Mapping[str, Any]) -> Any:
                 v = f(ctx)
                 if v is True:
@@ -188,13 +211,15 @@ class _Compiler:
                     return True
                 raise Fail(operand, f"'not' needs a bool, got {kind_of(v)}")
         else:
+
             def run(ctx: Mapping[str, Any]) -> Any:
                 v = f(ctx)
                 try:
                     return ops.neg(v)
                 except OP_ERRORS as exc:
-                    raise Fail(node, failure_message(expr, node, ((operand, v),), exc,
-                                                      "'-'")) from None
+                    raise Fail(
+                        node, failure_message(expr, node, ((operand, v),), exc, "'-'")
+                    ) from None
 
         return self.fold(run, node) if const else (run, False, None)
 
@@ -212,11 +237,21 @@ class _Compiler:
                 return rf(ctx) if v is None else v
 
             return coalesce, False, None
-        if rconst and not lconst and node.op in ("/", "//", "%") and type(rvalue) in (int, float) \
-                and rvalue == 0:
-            raise ExprError(Diagnostic(
-                "expr.eval", "division by zero: the divisor is always 0",
-                self.expr.location(node.right), details={"expression": self.expr.text}))
+        if (
+            rconst
+            and not lconst
+            and node.op in ("/", "//", "%")
+            and type(rvalue) in (int, float)
+            and rvalue == 0
+        ):
+            raise ExprError(
+                Diagnostic(
+                    "expr.eval",
+                    "division by zero: the divisor is always 0",
+                    self.expr.location(node.right),
+                    details={"expression": self.expr.text},
+                )
+            )
         op = ops.BINARY[node.op]
         expr, left, right, what = self.expr, node.left, node.right, f"'{node.op}'"
 
@@ -224,8 +259,9 @@ class _Compiler:
             try:
                 return op(a, b)
             except OP_ERRORS as exc:
-                raise Fail(node, failure_message(expr, node, ((left, a), (right, b)), exc,
-                                                  what)) from None
+                raise Fail(
+                    node, failure_message(expr, node, ((left, a), (right, b)), exc, what)
+                ) from None
 
         if lconst and rconst:
             return self.fold(lambda ctx: checked(lvalue, rvalue), node)
@@ -276,10 +312,14 @@ class _Compiler:
         func = FUNCTIONS.get(node.func)
         if func is None:
             suggestion = did_you_mean(node.func, FUNCTIONS)
-            raise ExprError(Diagnostic(
-                "expr.unknown-function", f"unknown function {node.func}()",
-                self.expr.location(node),
-                hint=f"did you mean {suggestion}()?" if suggestion else None))
+            raise ExprError(
+                Diagnostic(
+                    "expr.unknown-function",
+                    f"unknown function {node.func}()",
+                    self.expr.location(node),
+                    hint=f"did you mean {suggestion}()?" if suggestion else None,
+                )
+            )
         args = [self.compile(arg) for arg in node.args]
         impl, expr, what = func.impl, self.expr, f"{func.name}()"
 
@@ -300,8 +340,9 @@ class _Compiler:
         return call_closure(impl, fail, args), False, None
 
 
-def compile_expr(expr: Expr, *, fallback: Any = NO_FALLBACK,
-                 result_type: Type | None = None) -> CompiledExpr:
+def compile_expr(
+    expr: Expr, *, fallback: Any = NO_FALLBACK, result_type: Type | None = None
+) -> CompiledExpr:
     """Compile a parsed (and normally checked) expression into a :class:`CompiledExpr`.
 
     ``fallback``: the value to return when evaluation fails at run time (division by
@@ -310,5 +351,6 @@ def compile_expr(expr: Expr, *, fallback: Any = NO_FALLBACK,
     A constant sub-expression that always fails raises :class:`ExprError` here.
     """
     fn, const, value = _Compiler(expr).compile(expr.root)
-    return CompiledExpr(expr, fn, constant=const, value=value, fallback=fallback,
-                        result_type=result_type)
+    return CompiledExpr(
+        expr, fn, constant=const, value=value, fallback=fallback, result_type=result_type
+    )

@@ -89,8 +89,12 @@ def _min_max(args: Sequence[Type]) -> Type:
 def _sum(args: Sequence[Type]) -> Type:
     t = args[0]
     elem = t.elem or NEVER
-    _need(0, t, t.is_kind("list") and (elem.is_numeric() or elem == NEVER or elem.is_any),
-          "a list of numbers")
+    _need(
+        0,
+        t,
+        t.is_kind("list") and (elem.is_numeric() or elem == NEVER or elem.is_any),
+        "a list of numbers",
+    )
     return elem if elem.is_numeric() else INT if elem == NEVER else ANY
 
 
@@ -121,8 +125,7 @@ def _parse_number(result: Type) -> Callable[[Sequence[Type]], Type]:
 def _bools(args: Sequence[Type]) -> Type:
     t = args[0]
     elem = t.elem or NEVER
-    _need(0, t, t.is_kind("list") and (elem in (BOOL, NEVER) or elem.is_any),
-          "a list of booleans")
+    _need(0, t, t.is_kind("list") and (elem in (BOOL, NEVER) or elem.is_any), "a list of booleans")
     return BOOL
 
 
@@ -281,45 +284,152 @@ def _regex_match(s: Any, pattern: Any) -> bool:
     return safe_regex(pattern).search(s) is not None
 
 
-def _f(name: str, signature: str, doc: str, arity: tuple[int, int | None],
-       result: Callable[[Sequence[Type]], Type], impl: Callable[..., Any]) -> Function:
+def _f(
+    name: str,
+    signature: str,
+    doc: str,
+    arity: tuple[int, int | None],
+    result: Callable[[Sequence[Type]], Type],
+    impl: Callable[..., Any],
+) -> Function:
     return Function(name, signature, doc, arity[0], arity[1], result, impl)
 
 
 #: Every function of the language, by name.
-FUNCTIONS: dict[str, Function] = {f.name: f for f in (
-    _f("abs", "abs(x: number) -> number", "Absolute value.", (1, 1), _same_number, _abs),
-    _f("all", "all(xs: list[bool]) -> bool", "Every item is true (true for []).",
-       (1, 1), _bools, _all),
-    _f("any", "any(xs: list[bool]) -> bool", "Some item is true (false for []).",
-       (1, 1), _bools, _any),
-    _f("ceil", "ceil(x: number) -> int", "Smallest whole number >= x.", (1, 1), _to_int, _ceil),
-    _f("clamp", "clamp(x, lo, hi: number) -> number", "x limited to [lo, hi]; lo > hi fails.",
-       (3, 3), _numbers, _clamp),
-    _f("coalesce", "coalesce(a, b, ...) -> T", "The first argument that is not null "
-       "(all arguments are evaluated; use ?? to skip the rest).", (1, None), _coalesce,
-       _coalesce_impl),
-    _f("float", "float(x: number | str) -> float", "x as a float; bad text fails.",
-       (1, 1), _parse_number(FLOAT), _float),
-    _f("floor", "floor(x: number) -> int", "Largest whole number <= x.", (1, 1), _to_int, _floor),
-    _f("int", "int(x: number | str) -> int", "x truncated toward zero; bad text fails.",
-       (1, 1), _parse_number(INT), _int),
-    _f("len", "len(x: str | list) -> int", "Characters in a string, items in a list.",
-       (1, 1), _len, _len_impl),
-    _f("lower", "lower(s: str) -> str", "Lower-case.", (1, 1), _strings(STR),
-       _str_method(str.lower)),
-    _f("max", "max(a, b, ...: number) or max(xs: list[number]) -> number",
-       "Largest value; an empty list fails.", (1, None), _min_max, _pick("max", max)),
-    _f("min", "min(a, b, ...: number) or min(xs: list[number]) -> number",
-       "Smallest value; an empty list fails.", (1, None), _min_max, _pick("min", min)),
-    _f("regex_match", "regex_match(s: str, pattern: str) -> bool",
-       "Same as `s matches pattern` (re.search).", (2, 2), _strings(BOOL), _regex_match),
-    _f("round", "round(x: number) -> int", "Nearest whole number, halves up (JavaScript "
-       "Math.round: round(2.5) = 3, round(-2.5) = -2).", (1, 1), _to_int, _js_round),
-    _f("str", "str(x) -> str", "Text of any value: true/false/null, numbers, lists as JSON.",
-       (1, 1), _text, to_text),
-    _f("sum", "sum(xs: list[number]) -> number", "Sum of the items (0 for []).",
-       (1, 1), _sum, _sum_impl),
-    _f("upper", "upper(s: str) -> str", "Upper-case.", (1, 1), _strings(STR),
-       _str_method(str.upper)),
-)}
+FUNCTIONS: dict[str, Function] = {
+    f.name: f
+    for f in (
+        _f("abs", "abs(x: number) -> number", "Absolute value.", (1, 1), _same_number, _abs),
+        _f(
+            "all",
+            "all(xs: list[bool]) -> bool",
+            "Every item is true (true for []).",
+            (1, 1),
+            _bools,
+            _all,
+        ),
+        _f(
+            "any",
+            "any(xs: list[bool]) -> bool",
+            "Some item is true (false for []).",
+            (1, 1),
+            _bools,
+            _any,
+        ),
+        _f("ceil", "ceil(x: number) -> int", "Smallest whole number >= x.", (1, 1), _to_int, _ceil),
+        _f(
+            "clamp",
+            "clamp(x, lo, hi: number) -> number",
+            "x limited to [lo, hi]; lo > hi fails.",
+            (3, 3),
+            _numbers,
+            _clamp,
+        ),
+        _f(
+            "coalesce",
+            "coalesce(a, b, ...) -> T",
+            "The first argument that is not null "
+            "(all arguments are evaluated; use ?? to skip the rest).",
+            (1, None),
+            _coalesce,
+            _coalesce_impl,
+        ),
+        _f(
+            "float",
+            "float(x: number | str) -> float",
+            "x as a float; bad text fails.",
+            (1, 1),
+            _parse_number(FLOAT),
+            _float,
+        ),
+        _f(
+            "floor",
+            "floor(x: number) -> int",
+            "Largest whole number <= x.",
+            (1, 1),
+            _to_int,
+            _floor,
+        ),
+        _f(
+            "int",
+            "int(x: number | str) -> int",
+            "x truncated toward zero; bad text fails.",
+            (1, 1),
+            _parse_number(INT),
+            _int,
+        ),
+        _f(
+            "len",
+            "len(x: str | list) -> int",
+            "Characters in a string, items in a list.",
+            (1, 1),
+            _len,
+            _len_impl,
+        ),
+        _f(
+            "lower",
+            "lower(s: str) -> str",
+            "Lower-case.",
+            (1, 1),
+            _strings(STR),
+            _str_method(str.lower),
+        ),
+        _f(
+            "max",
+            "max(a, b, ...: number) or max(xs: list[number]) -> number",
+            "Largest value; an empty list fails.",
+            (1, None),
+            _min_max,
+            _pick("max", max),
+        ),
+        _f(
+            "min",
+            "min(a, b, ...: number) or min(xs: list[number]) -> number",
+            "Smallest value; an empty list fails.",
+            (1, None),
+            _min_max,
+            _pick("min", min),
+        ),
+        _f(
+            "regex_match",
+            "regex_match(s: str, pattern: str) -> bool",
+            "Same as `s matches pattern` (re.search).",
+            (2, 2),
+            _strings(BOOL),
+            _regex_match,
+        ),
+        _f(
+            "round",
+            "round(x: number) -> int",
+            "Nearest whole number, halves up (JavaScript "
+            "Math.round: round(2.5) = 3, round(-2.5) = -2).",
+            (1, 1),
+            _to_int,
+            _js_round,
+        ),
+        _f(
+            "str",
+            "str(x) -> str",
+            "Text of any value: true/false/null, numbers, lists as JSON.",
+            (1, 1),
+            _text,
+            to_text,
+        ),
+        _f(
+            "sum",
+            "sum(xs: list[number]) -> number",
+            "Sum of the items (0 for []).",
+            (1, 1),
+            _sum,
+            _sum_impl,
+        ),
+        _f(
+            "upper",
+            "upper(s: str) -> str",
+            "Upper-case.",
+            (1, 1),
+            _strings(STR),
+            _str_method(str.upper),
+        ),
+    )
+}

@@ -30,15 +30,34 @@ from .parser import (
 )
 
 _BINARY = {
-    "add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%",
-    "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-    "in_": "in", "not_in": "not in", "contains": "contains", "startswith": "startswith",
-    "endswith": "endswith", "matches": "matches",
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "floordiv": "//",
+    "mod": "%",
+    "eq": "==",
+    "ne": "!=",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "in_": "in",
+    "not_in": "not in",
+    "contains": "contains",
+    "startswith": "startswith",
+    "endswith": "endswith",
+    "matches": "matches",
 }
 _LITERALS: dict[str, Callable[[str], Any]] = {
-    "int_": decode_int, "float_": decode_float, "size": decode_size,
-    "duration": decode_duration, "string": decode_string,
-    "true": lambda _: True, "false": lambda _: False, "null": lambda _: None,
+    "int_": decode_int,
+    "float_": decode_float,
+    "size": decode_size,
+    "duration": decode_duration,
+    "string": decode_string,
+    "true": lambda _: True,
+    "false": lambda _: False,
+    "null": lambda _: None,
 }
 
 
@@ -140,11 +159,14 @@ class TreeInterpreter:
         except _Fail as fail:
             meta = fail.tree.meta
             start, end = self.expr.locate(meta.start_pos), self.expr.locate(meta.end_pos)
-            raise EvalError(Diagnostic(
-                "expr.eval", f"{fail.message} (in `{self.expr.text}`)",
-                Location(start.file, start.line, start.col, end.line, end.col),
-                details={"expression": self.expr.text},
-            )) from None
+            raise EvalError(
+                Diagnostic(
+                    "expr.eval",
+                    f"{fail.message} (in `{self.expr.text}`)",
+                    Location(start.file, start.line, start.col, end.line, end.col),
+                    details={"expression": self.expr.text},
+                )
+            ) from None
 
 
 def interpret(expr: Expr, context: Mapping[str, Any]) -> Any:

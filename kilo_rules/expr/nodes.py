@@ -134,8 +134,9 @@ def walk(node: Node) -> Iterator[Node]:
         stack.extend(reversed(current.children()))
 
 
-def text_locate(text: str, file: str = "<expr>", line: int = 1, col: int = 1, indent: int = 0
-                ) -> Locate:
+def text_locate(
+    text: str, file: str = "<expr>", line: int = 1, col: int = 1, indent: int = 0
+) -> Locate:
     """A ``locate`` for text whose first character sits at ``file:line:col`` and whose
     later lines start after ``indent`` columns (the shape of a YAML block scalar)."""
     starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]

@@ -27,8 +27,9 @@ def kind_of(value: Any) -> str:
     """The language's name for the kind of a runtime value."""
     if value is None:
         return "null"
-    return {bool: "bool", int: "int", float: "float", str: "str", list: "list",
-            tuple: "list"}.get(type(value), type(value).__name__)
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list", tuple: "list"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def number(value: Any) -> Any:
@@ -162,10 +163,24 @@ def matches(a: Any, b: Any) -> bool:
 
 #: Binary operators that evaluate both operands (``and``, ``or``, ``??`` are lazy).
 BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "+": add, "-": sub, "*": mul, "/": div, "//": floordiv, "%": mod,
-    "==": eq, "!=": ne, "<": lt, "<=": le, ">": gt, ">=": ge,
-    "in": in_, "not in": not_in, "contains": contains,
-    "startswith": startswith, "endswith": endswith, "matches": matches,
+    "+": add,
+    "-": sub,
+    "*": mul,
+    "/": div,
+    "//": floordiv,
+    "%": mod,
+    "==": eq,
+    "!=": ne,
+    "<": lt,
+    "<=": le,
+    ">": gt,
+    ">=": ge,
+    "in": in_,
+    "not in": not_in,
+    "contains": contains,
+    "startswith": startswith,
+    "endswith": endswith,
+    "matches": matches,
 }
 
 
@@ -183,8 +198,10 @@ def regex_problem(pattern: str) -> str | None:
     makes a regex timeout unnecessary.
     """
     if len(pattern) > LIMITS.max_regex_length:
-        return (f"regular expression is {len(pattern)} characters long, more than the limit "
-                f"of {LIMITS.max_regex_length}")
+        return (
+            f"regular expression is {len(pattern)} characters long, more than the limit "
+            f"of {LIMITS.max_regex_length}"
+        )
     # One frame per open group: [contains a repetition or an alternation].
     frames: list[bool] = [False]
     last_group_risky = False  # the atom just before the current position is a risky group
@@ -226,8 +243,10 @@ def regex_problem(pattern: str) -> str | None:
                 unbounded = ch in "*+" or (comma and not high) or (high and int(high) > 1)
                 if unbounded:
                     if last_group_risky:
-                        return ("a repeated group that itself repeats or alternates (like "
-                                "(a+)+ or (a|b)*) can take exponential time; rewrite it")
+                        return (
+                            "a repeated group that itself repeats or alternates (like "
+                            "(a+)+ or (a|b)*) can take exponential time; rewrite it"
+                        )
                     frames[-1] = True
                 i = quantifier.end()
                 if pattern[i : i + 1] in ("?", "+"):

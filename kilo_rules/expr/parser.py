@@ -34,10 +34,43 @@ from .nodes import (
     text_locate,
 )
 
-_BINARY_OPS = ("+", "-", "*", "/", "//", "%", "==", "!=", "<", "<=", ">", ">=", "in",
-               "not in", "contains", "startswith", "endswith", "matches", "and", "or", "??")
-_COMPARISONS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in", "contains", "startswith",
-                "endswith", "matches")
+_BINARY_OPS = (
+    "+",
+    "-",
+    "*",
+    "/",
+    "//",
+    "%",
+    "==",
+    "!=",
+    "<",
+    "<=",
+    ">",
+    ">=",
+    "in",
+    "not in",
+    "contains",
+    "startswith",
+    "endswith",
+    "matches",
+    "and",
+    "or",
+    "??",
+)
+_COMPARISONS = (
+    "==",
+    "!=",
+    "<",
+    "<=",
+    ">",
+    ">=",
+    "in",
+    "not in",
+    "contains",
+    "startswith",
+    "endswith",
+    "matches",
+)
 
 #: Plain-words syntax messages and inputs that must produce them. The parser state in which
 #: each example fails is what identifies the message (lark's ``match_examples`` idea,
@@ -58,8 +91,21 @@ GRAMMAR_ERRORS: dict[str, list[str]] = {
     "missing operand after 'not'": ["not", "a and not", "(not )"],
     "missing operand after '-'": ["-", "1 + -", "(-)"],
     "two values without an operator": [
-        "a b", "1 2", "1.5 2", "'x' y", "(a) b", "f(x) y", "[1] 2", "true x", "null 1",
-        "50KB 2", "5s 1", "5min", "a [1]", "-a b", "a if b else c d",
+        "a b",
+        "1 2",
+        "1.5 2",
+        "'x' y",
+        "(a) b",
+        "f(x) y",
+        "[1] 2",
+        "true x",
+        "null 1",
+        "50KB 2",
+        "5s 1",
+        "5min",
+        "a [1]",
+        "-a b",
+        "a if b else c d",
         "model.id 'x'",
     ],
     "comparisons cannot be chained; join them with 'and'": [
@@ -94,8 +140,15 @@ _BRACKET_NAMES = {"(": "parenthesis", "[": "bracket"}
 
 # --- literals (shared with the tree interpreter) -----------------------------------------
 
-_SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
-               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+_SIZE_UNITS = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+}
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 _UNIT = re.compile(r"[A-Za-z]+$")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", '"': '"', "'": "'"}
@@ -178,7 +231,8 @@ def _span(children: Sequence[Any]) -> tuple[int, int, int]:
         raise _SyntaxProblem(
             "expr.limit",
             f"expression is nested too deeply (more than {LIMITS.max_depth} levels)",
-            start, end,
+            start,
+            end,
         )
     return start, end, depth
 
@@ -189,8 +243,9 @@ def _literal(value_of: Any) -> Any:
         try:
             value = value_of(str(token))
         except ValueError as exc:
-            raise _SyntaxProblem("expr.limit", str(exc), token.start_pos or 0,
-                                 token.end_pos or 0) from None
+            raise _SyntaxProblem(
+                "expr.limit", str(exc), token.start_pos or 0, token.end_pos or 0
+            ) from None
         start, end, depth = _span(children)
         return Literal(value, start=start, end=end, depth=depth)
 
@@ -234,7 +289,8 @@ class _Builder(Transformer[Token, Node]):
             raise _SyntaxProblem(
                 "expr.limit",
                 f"list has {len(items)} items, more than the limit of {LIMITS.max_list_items}",
-                start, end,
+                start,
+                end,
             )
         return ListExpr(items, start=start, end=end, depth=depth)
 
@@ -288,8 +344,9 @@ def grammar() -> str:
 
 @cache
 def _node_parser() -> Lark:
-    return Lark(grammar(), parser="lalr", lexer="basic", propagate_positions=True,
-                transformer=_Builder())
+    return Lark(
+        grammar(), parser="lalr", lexer="basic", propagate_positions=True, transformer=_Builder()
+    )
 
 
 @cache
@@ -325,19 +382,20 @@ def _scan_brackets(text: str) -> tuple[list[tuple[str, int]], _SyntaxProblem | N
                 return stack, _SyntaxProblem(
                     "expr.limit",
                     f"expression is nested too deeply (more than {LIMITS.max_depth} levels)",
-                    i, i + 1,
+                    i,
+                    i + 1,
                 )
         elif ch in ")]":
             if not stack:
                 name = _BRACKET_NAMES[_CLOSERS[ch]]
-                return stack, _SyntaxProblem(
-                    "expr.syntax", f"unmatched closing {name}", i, i + 1)
+                return stack, _SyntaxProblem("expr.syntax", f"unmatched closing {name}", i, i + 1)
             opener, at = stack.pop()
             if opener != _CLOSERS[ch]:
                 return stack, _SyntaxProblem(
                     "expr.syntax",
                     f"mismatched brackets: {ch!r} cannot close {opener!r} opened at offset {at}",
-                    i, i + 1,
+                    i,
+                    i + 1,
                 )
         i += 1
     return stack, None
@@ -369,8 +427,9 @@ def _describe(token: Token) -> str:
     return f"{str(token)!r}"
 
 
-def _syntax_problem(text: str, exc: UnexpectedInput,
-                    open_brackets: list[tuple[str, int]]) -> _SyntaxProblem:
+def _syntax_problem(
+    text: str, exc: UnexpectedInput, open_brackets: list[tuple[str, int]]
+) -> _SyntaxProblem:
     if isinstance(exc, UnexpectedCharacters):
         pos: int = exc.pos_in_stream or 0
         ch = text[pos]
@@ -386,8 +445,9 @@ def _syntax_problem(text: str, exc: UnexpectedInput,
         return _SyntaxProblem("expr.syntax", f"unclosed {_BRACKET_NAMES[opener]}", at, at + 1)
     exact, by_state = _error_table()
     state = exc.state.position
-    message = exact.get((state, token.type)) or by_state.get(state) \
-        or f"unexpected {_describe(token)}"
+    message = (
+        exact.get((state, token.type)) or by_state.get(state) or f"unexpected {_describe(token)}"
+    )
     if at_end:
         pos = len(text.rstrip())
         return _SyntaxProblem("expr.syntax", message, pos, pos)
@@ -395,8 +455,15 @@ def _syntax_problem(text: str, exc: UnexpectedInput,
     return _SyntaxProblem("expr.syntax", message, start, token.end_pos or start + 1)
 
 
-_TERMINAL_WORDS = {"NAME": "a name", "INT": "a number", "FLOAT": "a number", "SIZE": "a size",
-                   "DURATION": "a duration", "STRING": "a string", "$END": "the end"}
+_TERMINAL_WORDS = {
+    "NAME": "a name",
+    "INT": "a number",
+    "FLOAT": "a number",
+    "SIZE": "a size",
+    "DURATION": "a duration",
+    "STRING": "a string",
+    "$END": "the end",
+}
 
 
 def _expected_words(exc: UnexpectedInput) -> list[str]:
@@ -420,14 +487,18 @@ def parse(text: str, *, locate: Locate | None = None) -> Expr:
     def fail(problem: _SyntaxProblem, details: dict[str, Any] | None = None) -> ExprError:
         start, end = where(problem.start), where(max(problem.start, problem.end))
         location = Location(start.file, start.line, start.col, end.line, end.col)
-        return ExprError(Diagnostic(problem.code, problem.message, location,
-                                    details=details or {}))
+        return ExprError(Diagnostic(problem.code, problem.message, location, details=details or {}))
 
     if len(text) > LIMITS.max_length:
-        raise fail(_SyntaxProblem(
-            "expr.limit",
-            f"expression is {len(text)} characters long, more than the limit of "
-            f"{LIMITS.max_length}", 0, 0))
+        raise fail(
+            _SyntaxProblem(
+                "expr.limit",
+                f"expression is {len(text)} characters long, more than the limit of "
+                f"{LIMITS.max_length}",
+                0,
+                0,
+            )
+        )
     if not text.strip():
         raise fail(_SyntaxProblem("expr.syntax", "empty expression", 0, 0))
     open_brackets, problem = _scan_brackets(text)
@@ -439,7 +510,8 @@ def parse(text: str, *, locate: Locate | None = None) -> Expr:
         raise fail(exc) from None
     except UnexpectedInput as exc:
         expected = _expected_words(exc)
-        raise fail(_syntax_problem(text, exc, open_brackets),
-                   {"expected": expected} if expected else None) from None
+        raise fail(
+            _syntax_problem(text, exc, open_brackets), {"expected": expected} if expected else None
+        ) from None
     assert isinstance(root, Node)
     return Expr(text, root, where)

@@ -32,8 +32,23 @@ if TYPE_CHECKING:
     from ..catalog import ModelInfo
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-_RESERVED = frozenset({"and", "or", "not", "in", "if", "else", "true", "false", "null",
-                       "contains", "startswith", "endswith", "matches"})
+_RESERVED = frozenset(
+    {
+        "and",
+        "or",
+        "not",
+        "in",
+        "if",
+        "else",
+        "true",
+        "false",
+        "null",
+        "contains",
+        "startswith",
+        "endswith",
+        "matches",
+    }
+)
 
 _DEFAULT: dict[str, tuple[Type, str]] = {
     # model.* — the catalog's ModelInfo, flattened.
@@ -70,8 +85,11 @@ _DEFAULT: dict[str, tuple[Type, str]] = {
     "session.last.cache_read": (INT, "Cache-read tokens of the last finished assistant."),
     "session.last.cache_write": (INT, "Cache-write tokens of the last finished assistant."),
     "session.last.total": (INT, "Total tokens the provider reported for it."),
-    "session.last.count": (INT, "input + output + reasoning + cache_read + cache_write, or "
-                                "total when those are all 0 (Kilo's overflow count)."),
+    "session.last.count": (
+        INT,
+        "input + output + reasoning + cache_read + cache_write, or "
+        "total when those are all 0 (Kilo's overflow count).",
+    ),
     # request.* — the request being built.
     "request.estimated_tokens": (INT, "Estimated input tokens of the request."),
     "request.bytes": (INT, "Serialised size of the request body in bytes."),
@@ -109,7 +127,8 @@ class Vocabulary(Mapping[str, Type]):
             self._types[name] = kind
             self._docs[name] = doc
         self._groups = frozenset(
-            ".".join(name.split(".")[:i]) for name in self._types
+            ".".join(name.split(".")[:i])
+            for name in self._types
             for i in range(1, name.count(".") + 1)
         )
 
@@ -238,12 +257,15 @@ def order_definitions(defs: Mapping[str, Expr]) -> list[str]:
             if ref in done:
                 continue
             if ref in path:
-                cycle = [*path[path.index(ref):], ref]
-                message = (f"{ref} refers to itself" if len(cycle) == 2
-                           else "definitions refer to each other in a cycle: "
-                           + " -> ".join(cycle))
-                raise ExprError(Diagnostic("expr.cycle", message, location,
-                                           details={"cycle": cycle}))
+                cycle = [*path[path.index(ref) :], ref]
+                message = (
+                    f"{ref} refers to itself"
+                    if len(cycle) == 2
+                    else "definitions refer to each other in a cycle: " + " -> ".join(cycle)
+                )
+                raise ExprError(
+                    Diagnostic("expr.cycle", message, location, details={"cycle": cycle})
+                )
             path.append(ref)
             pending.append(iter(refs[ref]))
     return order

@@ -44,16 +44,22 @@ _CONVERT: dict[str, _Convert] = {m.NAME: m.convert for m in _MODULES}
 _JSONL = {claude_code.NAME, openhands.NAME}
 
 FORMATS: Mapping[str, str] = MappingProxyType(
-    {m.NAME: m.DESCRIPTION for m in sorted(_MODULES, key=lambda m: m.NAME)})
+    {m.NAME: m.DESCRIPTION for m in sorted(_MODULES, key=lambda m: m.NAME)}
+)
 """Format name → one-line description, for ``fmt=`` and ``kilo-rules import --from``."""
 
 
 def _load(text: str, fmt: str, name: str) -> tuple[Source, str]:
     if fmt != "auto" and fmt not in _CONVERT:
         guess = did_you_mean(fmt, _CONVERT)
-        fail("import.unknown-format", f"unknown format {fmt!r}", Location(name, 1, 1),
-             hint=(f"did you mean {guess!r}? " if guess else "")
-             + "known formats: " + ", ".join(FORMATS))
+        fail(
+            "import.unknown-format",
+            f"unknown format {fmt!r}",
+            Location(name, 1, 1),
+            hint=(f"did you mean {guess!r}? " if guess else "")
+            + "known formats: "
+            + ", ".join(FORMATS),
+        )
     prefer: Literal["json", "jsonl", "auto"] = "auto"
     if fmt != "auto":
         prefer = "auto" if fmt in _JSONL else "json"
@@ -63,12 +69,15 @@ def _load(text: str, fmt: str, name: str) -> tuple[Source, str]:
     for candidate, sniff in _SNIFF.items():
         if sniff(src):
             return src, candidate
-    raise ImportFormatError(Diagnostic(
-        "import.format",
-        f"cannot tell the format of this {'JSON Lines file' if src.kind == 'jsonl' else 'JSON'}"
-        f" (tried {', '.join(_SNIFF)})",
-        Location(name, src.records[0].line, 1),
-        hint="name the format with fmt= (CLI: --from FORMAT)"))
+    raise ImportFormatError(
+        Diagnostic(
+            "import.format",
+            f"cannot tell the format of this {'JSON Lines file' if src.kind == 'jsonl' else 'JSON'}"
+            f" (tried {', '.join(_SNIFF)})",
+            Location(name, src.records[0].line, 1),
+            hint="name the format with fmt= (CLI: --from FORMAT)",
+        )
+    )
 
 
 def detect_format(text: str, *, name: str = "<text>") -> str:
@@ -79,8 +88,9 @@ def detect_format(text: str, *, name: str = "<text>") -> str:
     return _load(text, "auto", name)[1]
 
 
-def import_text(text: str, *, fmt: str = "auto", run: int | None = None,
-                name: str = "<text>") -> Session:
+def import_text(
+    text: str, *, fmt: str = "auto", run: int | None = None, name: str = "<text>"
+) -> Session:
     """Import a log held in memory. ``name`` is the file name used in error locations.
 
     ``run`` selects one run of a file that holds several (OpenHands eval output: one per
@@ -89,8 +99,11 @@ def import_text(text: str, *, fmt: str = "auto", run: int | None = None,
     if chosen == openhands.NAME:
         return openhands.convert(src, run or 0)
     if run not in (None, 0):
-        fail("import.run", f"run {run} is out of range: a {chosen} log holds 1 run (run 0)",
-             Location(name, 1, 1))
+        fail(
+            "import.run",
+            f"run {run} is out of range: a {chosen} log holds 1 run (run 0)",
+            Location(name, 1, 1),
+        )
     return _CONVERT[chosen](src, 0)
 
 

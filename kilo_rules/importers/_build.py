@@ -54,8 +54,9 @@ class SessionBuilder:
         self.last_user_id: str | None = None
 
     # -- messages ---------------------------------------------------------------------------
-    def message(self, role: str, stem: str, *, created: int | None = None,
-                **fields: Any) -> dict[str, Any]:
+    def message(
+        self, role: str, stem: str, *, created: int | None = None, **fields: Any
+    ) -> dict[str, Any]:
         """Append a message; an assistant answers the latest user message (``parent_id``)."""
         mid = f"msg_{stem}"
         n = 1
@@ -72,9 +73,15 @@ class SessionBuilder:
             self.last_user_id = mid
         return msg
 
-    def user_text(self, stem: str, text: str, *, created: int | None = None,
-                  synthetic: bool = False, metadata: Mapping[str, Any] | None = None
-                  ) -> dict[str, Any]:
+    def user_text(
+        self,
+        stem: str,
+        text: str,
+        *,
+        created: int | None = None,
+        synthetic: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Append a user message holding one text part."""
         msg = self.message("user", stem, created=created)
         self.text(msg, text, synthetic=synthetic, metadata=metadata)
@@ -89,31 +96,59 @@ class SessionBuilder:
         msg["parts"].append(part)
         return part
 
-    def text(self, msg: dict[str, Any], text: str, *, synthetic: bool = False,
-             metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def text(
+        self,
+        msg: dict[str, Any],
+        text: str,
+        *,
+        synthetic: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Append a text part."""
-        return self.part(msg, "text", text=text, synthetic=synthetic or None,
-                         metadata=dict(metadata or {}))
+        return self.part(
+            msg, "text", text=text, synthetic=synthetic or None, metadata=dict(metadata or {})
+        )
 
-    def tool_call(self, msg: dict[str, Any], call_id: str, tool: str, input_: Any, *,
-                  start: int | None = None, metadata: Mapping[str, Any] | None = None
-                  ) -> dict[str, Any]:
+    def tool_call(
+        self,
+        msg: dict[str, Any],
+        call_id: str,
+        tool: str,
+        input_: Any,
+        *,
+        start: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Append a tool call; it stays ``pending`` until :meth:`tool_result` finds it.
 
         Arguments that are not a JSON object (a model can emit anything) are kept under
         ``input["arguments"]`` since Session v1 inputs are objects."""
         args = input_ if isinstance(input_, dict) else {"arguments": input_}
-        part = self.part(msg, "tool", call_id=call_id, tool=tool, input=args, status="pending",
-                         metadata=dict(metadata or {}))
+        part = self.part(
+            msg,
+            "tool",
+            call_id=call_id,
+            tool=tool,
+            input=args,
+            status="pending",
+            metadata=dict(metadata or {}),
+        )
         if start:
             part["time"] = {"start": start}
         self._pending[call_id] = part
         self._used_tools.setdefault(tool, None)
         return part
 
-    def tool_result(self, call_id: str, output: str, *, error: bool = False,
-                    end: int | None = None, metadata: Mapping[str, Any] | None = None,
-                    attachments: list[dict[str, Any]] | None = None) -> bool:
+    def tool_result(
+        self,
+        call_id: str,
+        output: str,
+        *,
+        error: bool = False,
+        end: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        attachments: list[dict[str, Any]] | None = None,
+    ) -> bool:
         """Complete the pending call ``call_id``; False when no such call is waiting."""
         part = self._pending.pop(call_id, None)
         if part is None:
@@ -125,11 +160,13 @@ class SessionBuilder:
         if end:
             part.setdefault("time", {})["end"] = end
         if attachments:
-            part["attachments"] = [{**att, "id": f"{part['id']}_a{k}"}
-                                   for k, att in enumerate(attachments)]
+            part["attachments"] = [
+                {**att, "id": f"{part['id']}_a{k}"} for k, att in enumerate(attachments)
+            ]
         if metadata:
             part.setdefault("metadata", {}).update(
-                {k: v for k, v in metadata.items() if v is not None})
+                {k: v for k, v in metadata.items() if v is not None}
+            )
         return True
 
     def pending_calls(self) -> list[str]:
@@ -159,9 +196,13 @@ class SessionBuilder:
         except ValidationError as exc:
             err = exc.errors()[0]
             path = ".".join(str(p) for p in err["loc"])
-            raise ImportFormatError(Diagnostic(
-                "import.invalid", f"the imported session is not valid Session v1 ({path}: "
-                f"{err['msg']})", Location(self.file, 1, 1))) from None
+            raise ImportFormatError(
+                Diagnostic(
+                    "import.invalid",
+                    f"the imported session is not valid Session v1 ({path}: {err['msg']})",
+                    Location(self.file, 1, 1),
+                )
+            ) from None
 
 
 # -- token usage ----------------------------------------------------------------------------
@@ -176,8 +217,10 @@ def anthropic_tokens(usage: Any) -> dict[str, Any] | None:
     return {
         "input": _int(usage.get("input_tokens")),
         "output": _int(usage.get("output_tokens")),
-        "cache": {"read": _int(usage.get("cache_read_input_tokens")),
-                  "write": _int(usage.get("cache_creation_input_tokens"))},
+        "cache": {
+            "read": _int(usage.get("cache_read_input_tokens")),
+            "write": _int(usage.get("cache_creation_input_tokens")),
+        },
     }
 
 
@@ -188,10 +231,12 @@ def openai_tokens(usage: Any) -> dict[str, Any] | None:
         return None
     prompt_details = usage.get("prompt_tokens_details") or {}
     completion_details = usage.get("completion_tokens_details") or {}
-    cached = _int(prompt_details.get("cached_tokens") if isinstance(prompt_details, dict)
-                  else None) or _int(usage.get("prompt_cache_hit_tokens"))
-    reasoning = _int(completion_details.get("reasoning_tokens")
-                     if isinstance(completion_details, dict) else None)
+    cached = _int(
+        prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
+    ) or _int(usage.get("prompt_cache_hit_tokens"))
+    reasoning = _int(
+        completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None
+    )
     out: dict[str, Any] = {
         "input": max(_int(usage.get("prompt_tokens")) - cached, 0),
         "output": max(_int(usage.get("completion_tokens")) - reasoning, 0),

@@ -68,8 +68,11 @@ def decode(data: bytes, file: str) -> str:
         head = data[: exc.start]
         line = head.count(b"\n") + 1
         col = len(head[head.rfind(b"\n") + 1 :].decode("utf-8", "replace")) + 1
-        fail("import.encoding", f"not UTF-8: invalid byte 0x{data[exc.start]:02x}",
-             Location(file, line, col))
+        fail(
+            "import.encoding",
+            f"not UTF-8: invalid byte 0x{data[exc.start]:02x}",
+            Location(file, line, col),
+        )
     return text.removeprefix("\ufeff")
 
 
@@ -96,8 +99,14 @@ def load(text: str, file: str, prefer: Literal["json", "jsonl", "auto"] = "auto"
             return Source(file, "json", [Record(file, 1, text, value)])
         lines_ok = _first_line_is_json(text)
         if prefer == "json" or not lines_ok:
-            _raise_decode(doc_error, file, 0, hint="this looks like JSON Lines, and the chosen "
-                          "format is one JSON document" if lines_ok else None)
+            _raise_decode(
+                doc_error,
+                file,
+                0,
+                hint="this looks like JSON Lines, and the chosen format is one JSON document"
+                if lines_ok
+                else None,
+            )
     records = []
     for number, line_text in enumerate(_lines(text), start=1):
         if not line_text.strip():
@@ -121,11 +130,14 @@ def _first_line_is_json(text: str) -> bool:
     return False
 
 
-def _raise_decode(exc: Exception, file: str, line_offset: int,
-                  hint: str | None = None) -> NoReturn:
+def _raise_decode(exc: Exception, file: str, line_offset: int, hint: str | None = None) -> NoReturn:
     if isinstance(exc, json.JSONDecodeError):
-        fail("import.json", f"not valid JSON: {exc.msg}",
-             Location(file, exc.lineno + line_offset, exc.colno), hint=hint)
+        fail(
+            "import.json",
+            f"not valid JSON: {exc.msg}",
+            Location(file, exc.lineno + line_offset, exc.colno),
+            hint=hint,
+        )
     fail("import.json", "not valid JSON: nested too deeply", Location(file, line_offset + 1, 1))
 
 
@@ -175,7 +187,8 @@ def _kind(value: Any) -> str:
     if value is None:
         return "null"
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
-        type(value), "a number")
+        type(value), "a number"
+    )
 
 
 def need_dict(rec: Record, path: JsonPath, value: Any) -> dict[str, Any]:

@@ -70,14 +70,17 @@ def convert(src: Source, run: int) -> Any:
             meta["system_prompt"] = system
         elif isinstance(system, list):
             meta["system_prompt"] = "\n\n".join(
-                blk.get("text", "") for blk in system if isinstance(blk, dict))
+                blk.get("text", "") for blk in system if isinstance(blk, dict)
+            )
             meta["system_blocks"] = system
         for i, tool in enumerate(doc.get("tools") or []):
             tool = need_dict(rec, ("tools", i), tool)
             name = need_str(rec, ("tools", i, "name"), tool.get("name"))
-            b.tool_defs[name] = {"name": name, "description": tool.get("description") or "",
-                                 "input_schema": tool.get("input_schema") or
-                                 {"type": "object", "properties": {}}}
+            b.tool_defs[name] = {
+                "name": name,
+                "description": tool.get("description") or "",
+                "input_schema": tool.get("input_schema") or {"type": "object", "properties": {}},
+            }
         doc = doc.get("messages")
     messages = need_list(rec, base, doc)
     for i, raw in enumerate(messages):
@@ -101,9 +104,16 @@ def convert(src: Source, run: int) -> Any:
     return b.build(sid, model=model, metadata=meta)
 
 
-def add_assistant_blocks(b: SessionBuilder, msg: dict[str, Any], content: Any, rec: Record,
-                         path: JsonPath, *, start: int | None = None,
-                         extra: dict[str, Any] | None = None) -> None:
+def add_assistant_blocks(
+    b: SessionBuilder,
+    msg: dict[str, Any],
+    content: Any,
+    rec: Record,
+    path: JsonPath,
+    *,
+    start: int | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """Append the parts of an assistant ``content`` (string or block list) to ``msg``."""
     if isinstance(content, str):
         if content:
@@ -115,22 +125,30 @@ def add_assistant_blocks(b: SessionBuilder, msg: dict[str, Any], content: Any, r
         if kind == "text":
             b.text(msg, need_str(rec, (*path, j, "text"), block.get("text")))
         elif kind == "thinking":
-            b.part(msg, "reasoning", text=block.get("thinking") or "",
-                   signature=block.get("signature"))
+            b.part(
+                msg, "reasoning", text=block.get("thinking") or "", signature=block.get("signature")
+            )
         elif kind == "redacted_thinking":
             b.part(msg, "reasoning", text="", encrypted=block.get("data"))
         elif kind == "tool_use":
             call_id = need_str(rec, (*path, j, "id"), block.get("id"))
             name = need_str(rec, (*path, j, "name"), block.get("name"))
-            b.tool_call(msg, call_id, name, block.get("input"), start=start,
-                        metadata=extra)
+            b.tool_call(msg, call_id, name, block.get("input"), start=start, metadata=extra)
         else:
             msg.setdefault("metadata", {}).setdefault("blocks", []).append(block)
 
 
-def add_user(b: SessionBuilder, stem: str, content: Any, rec: Record, path: JsonPath, *,
-             created: int | None = None, synthetic: bool = False,
-             result_meta: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def add_user(
+    b: SessionBuilder,
+    stem: str,
+    content: Any,
+    rec: Record,
+    path: JsonPath,
+    *,
+    created: int | None = None,
+    synthetic: bool = False,
+    result_meta: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """Append a user ``content``: tool results complete their calls, anything else becomes a
     user message (returned; None when the content held only tool results)."""
     if isinstance(content, str):
@@ -149,14 +167,20 @@ def add_user(b: SessionBuilder, stem: str, content: Any, rec: Record, path: Json
         if kind == "tool_result":
             call_id = need_str(rec, (*path, j, "tool_use_id"), block.get("tool_use_id"))
             output, files = _result_content(block.get("content"), rec, (*path, j, "content"))
-            found = b.tool_result(call_id, output, error=block.get("is_error") is True,
-                                  end=created, metadata=result_meta, attachments=files)
+            found = b.tool_result(
+                call_id,
+                output,
+                error=block.get("is_error") is True,
+                end=created,
+                metadata=result_meta,
+                attachments=files,
+            )
             if not found:  # an answer to a call the log does not hold: keep its text
-                b.text(target(), output, synthetic=True,
-                       metadata={"orphan_tool_result": call_id})
+                b.text(target(), output, synthetic=True, metadata={"orphan_tool_result": call_id})
         elif kind == "text":
-            b.text(target(), need_str(rec, (*path, j, "text"), block.get("text")),
-                   synthetic=synthetic)
+            b.text(
+                target(), need_str(rec, (*path, j, "text"), block.get("text")), synthetic=synthetic
+            )
         elif kind in ("image", "document"):
             b.part(target(), "file", **file_fields(block))
         else:
@@ -164,8 +188,7 @@ def add_user(b: SessionBuilder, stem: str, content: Any, rec: Record, path: Json
     return msg
 
 
-def _result_content(content: Any, rec: Record, path: JsonPath
-                    ) -> tuple[str, list[dict[str, Any]]]:
+def _result_content(content: Any, rec: Record, path: JsonPath) -> tuple[str, list[dict[str, Any]]]:
     """A ``tool_result`` content (string or blocks) → (text, file attachments)."""
     if content is None:
         return "", []

@@ -41,8 +41,11 @@ def sniff(src: Source) -> bool:
     """Records with a Claude Code ``type`` and the session bookkeeping keys."""
     for rec in src.records[:20]:
         v = rec.value
-        if (isinstance(v, dict) and v.get("type") in _KNOWN
-                and any(k in v for k in ("sessionId", "uuid", "messageId", "leafUuid"))):
+        if (
+            isinstance(v, dict)
+            and v.get("type") in _KNOWN
+            and any(k in v for k in ("sessionId", "uuid", "messageId", "leafUuid"))
+        ):
             return True
     return False
 
@@ -63,7 +66,7 @@ class _Importer:
         v = need_dict(rec, (), rec.value)
         kind = v.get("type")
         if not isinstance(kind, str):
-            rec.fail((), "not a Claude Code record (it has no \"type\")")
+            rec.fail((), 'not a Claude Code record (it has no "type")')
         self.records[str(kind)] += 1
         if kind in ("user", "assistant") and not self.first:
             self.first = v
@@ -86,12 +89,18 @@ class _Importer:
         result_meta: dict[str, Any] = {"result_line": rec.line}
         if "toolUseResult" in v:
             result_meta["tool_use_result"] = v["toolUseResult"]
-        msg = add_user(self.b, key(rec.line), m.get("content"), rec, ("message", "content"),
-                       created=iso_ms(v.get("timestamp")), synthetic=v.get("isMeta") is True,
-                       result_meta=result_meta)
+        msg = add_user(
+            self.b,
+            key(rec.line),
+            m.get("content"),
+            rec,
+            ("message", "content"),
+            created=iso_ms(v.get("timestamp")),
+            synthetic=v.get("isMeta") is True,
+            result_meta=result_meta,
+        )
         if msg is not None:  # a real user turn ends the response being merged
-            msg["metadata"] = {**msg.get("metadata", {}), "uuid": v.get("uuid"),
-                               "line": rec.line}
+            msg["metadata"] = {**msg.get("metadata", {}), "uuid": v.get("uuid"), "line": rec.line}
             self.current = self.current_id = None
 
     def assistant(self, rec: Record, v: dict[str, Any]) -> None:
@@ -99,15 +108,24 @@ class _Importer:
         mid = m.get("id")
         if self.current is None or mid is None or mid != self.current_id:
             self.current = self.b.message(
-                "assistant", key(rec.line), created=iso_ms(v.get("timestamp")),
+                "assistant",
+                key(rec.line),
+                created=iso_ms(v.get("timestamp")),
                 model=m.get("model"),
-                metadata={"message_id": mid, "request_id": v.get("requestId"), "lines": []})
+                metadata={"message_id": mid, "request_id": v.get("requestId"), "lines": []},
+            )
             self.current_id = mid
             self.assistants.append((self.current, None))
         msg = self.current
         msg["metadata"]["lines"].append(rec.line)
-        add_assistant_blocks(self.b, msg, m.get("content"), rec, ("message", "content"),
-                             start=iso_ms(v.get("timestamp")))
+        add_assistant_blocks(
+            self.b,
+            msg,
+            m.get("content"),
+            rec,
+            ("message", "content"),
+            start=iso_ms(v.get("timestamp")),
+        )
         if "usage" in m:
             msg["tokens"] = anthropic_tokens(m["usage"])
         if m.get("stop_reason"):
@@ -121,11 +139,16 @@ class _Importer:
         meta = obj(v.get("compactMetadata"))
         self.compaction = self._compaction(rec, v, meta, key(rec.line))
 
-    def _compaction(self, rec: Record, v: dict[str, Any], meta: dict[str, Any],
-                    stem: str) -> dict[str, Any]:
+    def _compaction(
+        self, rec: Record, v: dict[str, Any], meta: dict[str, Any], stem: str
+    ) -> dict[str, Any]:
         auto = meta.get("trigger") != "manual"
-        msg = self.b.message("user", stem, created=iso_ms(v.get("timestamp")), metadata={
-            "compact_boundary": {"line": rec.line, "uuid": v.get("uuid"), **meta}})
+        msg = self.b.message(
+            "user",
+            stem,
+            created=iso_ms(v.get("timestamp")),
+            metadata={"compact_boundary": {"line": rec.line, "uuid": v.get("uuid"), **meta}},
+        )
         self.b.part(msg, "compaction", auto=auto, overflow=False if auto else None)
         return msg
 
@@ -138,10 +161,18 @@ class _Importer:
         content = m.get("content")
         if isinstance(content, list):
             content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
-        msg = self.b.message("assistant", key(rec.line), created=iso_ms(v.get("timestamp")),
-                             summary=True, finish="stop", metadata={
-                                 "uuid": v.get("uuid"), "line": rec.line,
-                                 "visible_in_transcript_only": v.get("isVisibleInTranscriptOnly")})
+        msg = self.b.message(
+            "assistant",
+            key(rec.line),
+            created=iso_ms(v.get("timestamp")),
+            summary=True,
+            finish="stop",
+            metadata={
+                "uuid": v.get("uuid"),
+                "line": rec.line,
+                "visible_in_transcript_only": v.get("isVisibleInTranscriptOnly"),
+            },
+        )
         self.b.text(msg, content if isinstance(content, str) else "")
 
     def session(self, src: Source) -> Session:
@@ -152,13 +183,35 @@ class _Importer:
         if f.get("isSidechain") and f.get("agentId"):
             sid = f"{sid}/agent-{f['agentId']}"
         models = [m["model"] for m, _ in self.assistants if isinstance(m.get("model"), str)]
-        origin = {k: f[k] for k in ("sessionId", "version", "gitBranch", "slug", "agentId",
-                                     "isSidechain", "userType") if k in f}
-        meta = {"import": {"format": NAME, "lines": src.records[-1].line if src.records else 0,
-                           "records": dict(self.records), "skipped": dict(self.skipped)},
-                "claude_code": origin}
-        return self.b.build(sid, title=self.title, directory=f.get("cwd"),
-                            model=models[0] if models else None, metadata=meta)
+        origin = {
+            k: f[k]
+            for k in (
+                "sessionId",
+                "version",
+                "gitBranch",
+                "slug",
+                "agentId",
+                "isSidechain",
+                "userType",
+            )
+            if k in f
+        }
+        meta = {
+            "import": {
+                "format": NAME,
+                "lines": src.records[-1].line if src.records else 0,
+                "records": dict(self.records),
+                "skipped": dict(self.skipped),
+            },
+            "claude_code": origin,
+        }
+        return self.b.build(
+            sid,
+            title=self.title,
+            directory=f.get("cwd"),
+            model=models[0] if models else None,
+            metadata=meta,
+        )
 
 
 def convert(src: Source, run: int) -> Session:

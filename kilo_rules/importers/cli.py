@@ -30,13 +30,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``import`` subcommand's arguments to ``parser``."""
     parser.add_argument("file", metavar="FILE", help="the agent log to import (- for stdin)")
     parser.add_argument(
-        "--from", dest="fmt", metavar="FORMAT", default="auto",
+        "--from",
+        dest="fmt",
+        metavar="FORMAT",
+        default="auto",
         choices=["auto", *FORMATS],
-        help="log format (default: auto-detect): " + ", ".join(FORMATS))
-    parser.add_argument("-o", "--output", metavar="OUT.json",
-                        help="write the session here instead of stdout")
-    parser.add_argument("--run", type=int, metavar="N", default=None,
-                        help="which run of a multi-run file (OpenHands output.jsonl), 0-based")
+        help="log format (default: auto-detect): " + ", ".join(FORMATS),
+    )
+    parser.add_argument(
+        "-o", "--output", metavar="OUT.json", help="write the session here instead of stdout"
+    )
+    parser.add_argument(
+        "--run",
+        type=int,
+        metavar="N",
+        default=None,
+        help="which run of a multi-run file (OpenHands output.jsonl), 0-based",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         Path(args.output).write_text(out, encoding="utf-8")
     except OSError as exc:
-        print(f"{args.output}: error[io.write]: cannot write: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(
+            f"{args.output}: error[io.write]: cannot write: {exc.strerror or exc}", file=sys.stderr
+        )
         return EXIT_IO
     return EXIT_OK
 

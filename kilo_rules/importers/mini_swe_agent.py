@@ -40,7 +40,8 @@ def sniff(src: Source) -> bool:
     """A document whose ``trajectory_format`` names mini-swe-agent."""
     doc = src.records[0].value if len(src.records) == 1 else None
     return isinstance(doc, dict) and str(doc.get("trajectory_format", "")).startswith(
-        "mini-swe-agent")
+        "mini-swe-agent"
+    )
 
 
 def _response(m: dict[str, Any]) -> dict[str, Any]:
@@ -110,8 +111,9 @@ class _V2(ChatImporter):
         return True
 
 
-def _v1(b: SessionBuilder, rec: Record, messages: list[Any], meta: dict[str, Any],
-        exit_status: Any) -> None:
+def _v1(
+    b: SessionBuilder, rec: Record, messages: list[Any], meta: dict[str, Any], exit_status: Any
+) -> None:
     waiting: str | None = None  # call id of the last action, until its observation
     rejected = False  # the last assistant message had no single action
     for i, raw in enumerate(messages):
@@ -125,14 +127,17 @@ def _v1(b: SessionBuilder, rec: Record, messages: list[Any], meta: dict[str, Any
             msg = b.message("assistant", key(i))
             finish = _fill_from_response(msg, m)
             choices = _response(m).get("choices") or [{}]
-            reasoning = choices[0].get("message", {}).get("reasoning") if isinstance(
-                choices[0], dict) and isinstance(choices[0].get("message"), dict) else None
+            reasoning = (
+                choices[0].get("message", {}).get("reasoning")
+                if isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict)
+                else None
+            )
             if isinstance(reasoning, str) and reasoning:
                 b.part(msg, "reasoning", text=reasoning)
             actions = list(_ACTION.finditer(text))
             if len(actions) == 1:
                 span = actions[0].span()
-                thought = (text[: span[0]] + text[span[1]:]).strip()
+                thought = (text[: span[0]] + text[span[1] :]).strip()
                 if thought:
                     b.text(msg, thought)
                 msg.setdefault("metadata", {})["raw_content"] = text
@@ -149,8 +154,12 @@ def _v1(b: SessionBuilder, rec: Record, messages: list[Any], meta: dict[str, Any
             b.tool_result(waiting, text, metadata=obs)
             waiting = None
         elif role in ("user", "system"):
-            b.user_text(key(i), text, synthetic=rejected or role == "system",
-                        metadata={"mini_swe_agent": "format_error"} if rejected else None)
+            b.user_text(
+                key(i),
+                text,
+                synthetic=rejected or role == "system",
+                metadata={"mini_swe_agent": "format_error"} if rejected else None,
+            )
             rejected = False
         else:
             rec.fail((*path, "role"), f"unknown role {role!r}")
@@ -172,8 +181,14 @@ def convert(src: Source, run: int) -> Session:
     config = obj(info.get("config"))
     model_cfg = obj(config.get("model"))
     meta["import"] = {"format": NAME, "messages": len(messages)}
-    meta["mini_swe_agent"] = {"trajectory_format": fmt, "instance_id": doc.get("instance_id"),
-                              **{k: v for k, v in info.items() if k != "submission"}}
+    meta["mini_swe_agent"] = {
+        "trajectory_format": fmt,
+        "instance_id": doc.get("instance_id"),
+        **{k: v for k, v in info.items() if k != "submission"},
+    }
     model = model_cfg.get("model_name")
-    return b.build(str(doc.get("instance_id") or "mini-swe-agent"),
-                   model=model if isinstance(model, str) else None, metadata=meta)
+    return b.build(
+        str(doc.get("instance_id") or "mini-swe-agent"),
+        model=model if isinstance(model, str) else None,
+        metadata=meta,
+    )

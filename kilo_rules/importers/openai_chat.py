@@ -38,8 +38,11 @@ def sniff(src: Source) -> bool:
         return False
     doc = src.records[0].value
     messages = doc.get("messages") if isinstance(doc, dict) else doc
-    return (isinstance(messages, list) and bool(messages)
-            and all(isinstance(m, dict) and m.get("role") in _ROLES for m in messages))
+    return (
+        isinstance(messages, list)
+        and bool(messages)
+        and all(isinstance(m, dict) and m.get("role") in _ROLES for m in messages)
+    )
 
 
 def parse_arguments(raw: Any) -> tuple[Any, bool]:
@@ -58,8 +61,11 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content
-                         if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return "\n".join(
+            p.get("text", "")
+            for p in content
+            if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
     return ""
 
 
@@ -96,9 +102,11 @@ class ChatImporter:
             text = content_text(m.get("content"))
             extra = self.tool_extra(m)
             if not isinstance(call_id, str) or not self.b.tool_result(
-                    call_id, text, end=extra.pop("end", None), metadata=extra):
-                self.b.user_text(key(i), text, synthetic=True,
-                                 metadata={"orphan_tool_result": call_id})
+                call_id, text, end=extra.pop("end", None), metadata=extra
+            ):
+                self.b.user_text(
+                    key(i), text, synthetic=True, metadata={"orphan_tool_result": call_id}
+                )
         elif not self.other_role(i, m, path):
             self.rec.fail((*path, "role"), f"unknown role {role!r}")
 
@@ -113,8 +121,9 @@ class ChatImporter:
             part = need_dict(self.rec, (*path, "content", j), raw)
             kind = part.get("type")
             if kind == "text":
-                self.b.text(msg, need_str(self.rec, (*path, "content", j, "text"),
-                                          part.get("text")))
+                self.b.text(
+                    msg, need_str(self.rec, (*path, "content", j, "text"), part.get("text"))
+                )
             elif kind == "image_url":
                 image = part.get("image_url")
                 url = image.get("url") if isinstance(image, dict) else image
@@ -124,8 +133,12 @@ class ChatImporter:
             elif kind == "input_audio" and isinstance(part.get("input_audio"), dict):
                 audio = part["input_audio"]
                 fmt = audio.get("format", "wav")
-                self.b.part(msg, "file", mime=f"audio/{fmt}",
-                            url=f"data:audio/{fmt};base64,{audio.get('data', '')}")
+                self.b.part(
+                    msg,
+                    "file",
+                    mime=f"audio/{fmt}",
+                    url=f"data:audio/{fmt};base64,{audio.get('data', '')}",
+                )
             elif kind == "file" and isinstance(part.get("file"), dict):
                 f = part["file"]
                 url = f.get("file_data") or f"file-id:{f.get('file_id', '')}"
@@ -145,8 +158,9 @@ class ChatImporter:
             self.b.text(msg, text)
         if isinstance(m.get("refusal"), str) and m["refusal"]:
             self.b.text(msg, m["refusal"], metadata={"refusal": True})
-        for j, raw in enumerate(need_list(self.rec, (*path, "tool_calls"),
-                                          m.get("tool_calls") or [])):
+        for j, raw in enumerate(
+            need_list(self.rec, (*path, "tool_calls"), m.get("tool_calls") or [])
+        ):
             tc = need_dict(self.rec, (*path, "tool_calls", j), raw)
             fn = need_dict(self.rec, (*path, "tool_calls", j, "function"), tc.get("function"))
             call_id = need_str(self.rec, (*path, "tool_calls", j, "id"), tc.get("id"))
@@ -157,12 +171,12 @@ class ChatImporter:
         raw_finish = self.assistant_extra(msg, m)
         self.b.finish(msg, raw_finish or m.get("finish_reason"))
 
-    def _call(self, msg: dict[str, Any], call_id: str, fn: dict[str, Any],
-              path: JsonPath) -> None:
+    def _call(self, msg: dict[str, Any], call_id: str, fn: dict[str, Any], path: JsonPath) -> None:
         name = need_str(self.rec, (*path, "name"), fn.get("name"))
         args, ok = parse_arguments(fn.get("arguments"))
-        self.b.tool_call(msg, call_id, name, args,
-                         metadata=None if ok else {"arguments_not_json": True})
+        self.b.tool_call(
+            msg, call_id, name, args, metadata=None if ok else {"arguments_not_json": True}
+        )
 
     # -- hooks ------------------------------------------------------------------------------
     def assistant_extra(self, msg: dict[str, Any], m: dict[str, Any]) -> str | None:
@@ -194,9 +208,11 @@ def convert(src: Source, run: int) -> Session:
             tool = need_dict(rec, ("tools", j), raw)
             fn = obj(tool.get("function")) or tool
             name = need_str(rec, ("tools", j, "function", "name"), fn.get("name"))
-            b.tool_defs[name] = {"name": name, "description": fn.get("description") or "",
-                                 "input_schema": fn.get("parameters") or
-                                 {"type": "object", "properties": {}}}
+            b.tool_defs[name] = {
+                "name": name,
+                "description": fn.get("description") or "",
+                "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+            }
     messages = need_list(rec, base, doc)
     ChatImporter(b, rec, meta).add_all(messages, base)
     meta["import"] = {"format": NAME, "messages": len(messages)}

@@ -42,8 +42,17 @@ NAME = "openhands"
 DESCRIPTION = "OpenHands event stream (eval output.jsonl, one run per line; or [events])"
 
 # Action arguments OpenHands adds for itself; dropped when the raw call is not available.
-_BOOKKEEPING = {"thought", "is_input", "blocking", "is_static", "cwd", "hidden",
-                "confirmation_state", "impl_source", "security_risk"}
+_BOOKKEEPING = {
+    "thought",
+    "is_input",
+    "blocking",
+    "is_static",
+    "cwd",
+    "hidden",
+    "confirmation_state",
+    "impl_source",
+    "security_risk",
+}
 
 
 def _is_event(e: Any) -> bool:
@@ -90,12 +99,13 @@ class _Importer:
             obs = e["observation"]
             meta = {"event": eid, "observation": obs, "extras": e.get("extras")}
             if tcm is not None and self.b.tool_result(
-                    tcm["tool_call_id"], text, error=obs == "error", end=ts, metadata=meta):
+                tcm["tool_call_id"], text, error=obs == "error", end=ts, metadata=meta
+            ):
                 return
-            if obs in ("error", "recall") or (text and obs not in ("agent_state_changed",
-                                                                  "null")):
-                self.b.user_text(stem, text, created=ts, synthetic=True,
-                                 metadata={"openhands": meta})
+            if obs in ("error", "recall") or (text and obs not in ("agent_state_changed", "null")):
+                self.b.user_text(
+                    stem, text, created=ts, synthetic=True, metadata={"openhands": meta}
+                )
                 self.current = None
             else:
                 self.skipped[f"observation:{obs}"] += 1
@@ -108,18 +118,19 @@ class _Importer:
         for k in ("openhands_version", "agent_class"):
             if k in args:
                 self.meta.setdefault("openhands", {})[k] = args[k]
-        for j, raw in enumerate(need_list(self.rec, (*path, "args", "tools"),
-                                          args.get("tools") or [])):
+        for j, raw in enumerate(
+            need_list(self.rec, (*path, "args", "tools"), args.get("tools") or [])
+        ):
             tool = need_dict(self.rec, (*path, "args", "tools", j), raw)
             fn = obj(tool.get("function"))
             if isinstance(fn.get("name"), str):
                 self.b.tool_defs[fn["name"]] = {
-                    "name": fn["name"], "description": fn.get("description") or "",
-                    "input_schema": fn.get("parameters") or {"type": "object",
-                                                             "properties": {}}}
+                    "name": fn["name"],
+                    "description": fn.get("description") or "",
+                    "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+                }
 
-    def message(self, stem: str, e: dict[str, Any], args: dict[str, Any],
-                ts: int | None) -> None:
+    def message(self, stem: str, e: dict[str, Any], args: dict[str, Any], ts: int | None) -> None:
         text = opt_str(args.get("content")) or e.get("message", "")
         if e.get("source") == "user":
             msg = self.b.user_text(stem, str(text), created=ts)
@@ -134,8 +145,9 @@ class _Importer:
             self.assistants.append((msg, None))
             self.current = None
 
-    def call(self, stem: str, e: dict[str, Any], tcm: dict[str, Any], ts: int | None,
-             path: JsonPath) -> None:
+    def call(
+        self, stem: str, e: dict[str, Any], tcm: dict[str, Any], ts: int | None, path: JsonPath
+    ) -> None:
         resp = tcm.get("model_response")
         if isinstance(resp, str):  # some OpenHands versions store the response as JSON text
             try:
@@ -149,10 +161,13 @@ class _Importer:
         rid = opt_str(resp.get("id"))
         if self.current is None or rid is None or rid != self.current_response:
             self.current = self.b.message(
-                "assistant", stem, created=ts,
+                "assistant",
+                stem,
+                created=ts,
                 model=opt_str(resp.get("model")),
                 tokens=openai_tokens(resp.get("usage")),
-                metadata={"response_id": rid} if rid else None)
+                metadata={"response_id": rid} if rid else None,
+            )
             self.current_response = rid
             if isinstance(rmsg.get("content"), str) and rmsg["content"]:
                 self.b.text(self.current, rmsg["content"])
@@ -167,8 +182,14 @@ class _Importer:
             raw_args = obj(e.get("args"))
             args = {k: v for k, v in raw_args.items() if k not in _BOOKKEEPING}
         name = opt_str(tcm.get("function_name")) or str(e.get("action"))
-        self.b.tool_call(self.current, call_id, name, args, start=ts,
-                         metadata={"event": e.get("id"), "action": e.get("action")})
+        self.b.tool_call(
+            self.current,
+            call_id,
+            name,
+            args,
+            start=ts,
+            metadata={"event": e.get("id"), "action": e.get("action")},
+        )
 
 
 def convert(src: Source, run: int) -> Session:
@@ -176,8 +197,12 @@ def convert(src: Source, run: int) -> Session:
     first = src.records[0].value
     runs = [src.records[0]] if isinstance(first, list) else src.records
     if not 0 <= run < len(runs):
-        fail("import.run", f"run {run} is out of range: the file holds {len(runs)} run"
-             f"{'s' if len(runs) != 1 else ''} (0–{len(runs) - 1})", Location(src.file, 1, 1))
+        fail(
+            "import.run",
+            f"run {run} is out of range: the file holds {len(runs)} run"
+            f"{'s' if len(runs) != 1 else ''} (0–{len(runs) - 1})",
+            Location(src.file, 1, 1),
+        )
     rec = runs[run]
     doc = rec.value
     top: dict[str, Any] = {}
@@ -197,16 +222,33 @@ def convert(src: Source, run: int) -> Session:
     llm = obj(md.get("llm_config"))
     metrics = obj(top.get("metrics"))
     test_result = obj(top.get("test_result"))
-    meta["import"] = {"format": NAME, "run": run, "runs": len(runs), "line": rec.line,
-                      "events": len(events), "skipped": dict(imp.skipped),
-                      "unanswered": b.pending_calls()}
-    meta.setdefault("openhands", {}).update({k: v for k, v in {
-        "instance_id": top.get("instance_id"), "error": top.get("error"),
-        "max_iterations": md.get("max_iterations"),
-        "accumulated_cost": metrics.get("accumulated_cost"),
-        "accumulated_token_usage": metrics.get("accumulated_token_usage"),
-        "git_patch": test_result.get("git_patch")}.items() if v is not None})
+    meta["import"] = {
+        "format": NAME,
+        "run": run,
+        "runs": len(runs),
+        "line": rec.line,
+        "events": len(events),
+        "skipped": dict(imp.skipped),
+        "unanswered": b.pending_calls(),
+    }
+    meta.setdefault("openhands", {}).update(
+        {
+            k: v
+            for k, v in {
+                "instance_id": top.get("instance_id"),
+                "error": top.get("error"),
+                "max_iterations": md.get("max_iterations"),
+                "accumulated_cost": metrics.get("accumulated_cost"),
+                "accumulated_token_usage": metrics.get("accumulated_token_usage"),
+                "git_patch": test_result.get("git_patch"),
+            }.items()
+            if v is not None
+        }
+    )
     agent = md.get("agent_class")
-    return b.build(str(top.get("instance_id") or "openhands"),
-                   model=opt_str(llm.get("model")),
-                   agent=agent if isinstance(agent, str) else None, metadata=meta)
+    return b.build(
+        str(top.get("instance_id") or "openhands"),
+        model=opt_str(llm.get("model")),
+        agent=agent if isinstance(agent, str) else None,
+        metadata=meta,
+    )

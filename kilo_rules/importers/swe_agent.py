@@ -35,8 +35,11 @@ DESCRIPTION = "SWE-agent 0.x trajectory (*.traj: history + trajectory)"
 def sniff(src: Source) -> bool:
     """A document with both ``history`` and ``trajectory`` arrays."""
     doc = src.records[0].value if len(src.records) == 1 else None
-    return (isinstance(doc, dict) and isinstance(doc.get("history"), list)
-            and isinstance(doc.get("trajectory"), list))
+    return (
+        isinstance(doc, dict)
+        and isinstance(doc.get("history"), list)
+        and isinstance(doc.get("trajectory"), list)
+    )
 
 
 def convert(src: Source, run: int) -> Session:
@@ -67,8 +70,13 @@ def convert(src: Source, run: int) -> Session:
                 msg["metadata"] = {"raw_content": content}
                 step = steps[actions] if actions < len(steps) else {}
                 waiting = f"call_{key(i)}"
-                b.tool_call(msg, waiting, "bash", {"command": action}, metadata={
-                    "state": step.get("state")} if isinstance(step, dict) else None)
+                b.tool_call(
+                    msg,
+                    waiting,
+                    "bash",
+                    {"command": action},
+                    metadata={"state": step.get("state")} if isinstance(step, dict) else None,
+                )
                 actions += 1
             else:
                 b.text(msg, content)
@@ -91,8 +99,10 @@ def convert(src: Source, run: int) -> Session:
             b.tool_result(waiting, last["observation"], metadata={"submission": True})
     info = obj(doc.get("info"))
     meta["import"] = {"format": NAME, "messages": len(history), "steps": len(steps)}
-    meta["swe_agent"] = {"environment": doc.get("environment"),
-                         **{k: v for k, v in info.items() if k != "submission"}}
+    meta["swe_agent"] = {
+        "environment": doc.get("environment"),
+        **{k: v for k, v in info.items() if k != "submission"},
+    }
     # The file name is the only place the task id appears (…/pydicom__pydicom-1458.traj).
     name = PurePath(src.file).name
     sid = "swe-agent" if name.startswith("<") else name.removesuffix(".traj")

@@ -52,10 +52,7 @@ def render(request: ModelRequest) -> dict[str, Any]:
     """The ``generateContent`` request body for ``request`` (JSON-serialisable, deterministic)."""
     body: dict[str, Any] = {}
     system = [
-        {"text": p.text}
-        for m in request.system
-        for p in m.parts
-        if isinstance(p, Text) and p.text
+        {"text": p.text} for m in request.system for p in m.parts if isinstance(p, Text) and p.text
     ]
     if system:
         body["systemInstruction"] = {"parts": system}

@@ -57,6 +57,7 @@ class CacheSettings:
     latest_user_message: bool = True
     budget: int = 4
     ttl: Literal["5m", "1h"] | None = None
+    message_ttl: Literal["5m", "1h"] | None = None  # conversation marks; None: same as ttl
     skip_trailing_environment: bool = False
     respect_automatic: bool = True
     automatic_enabled: bool = False
@@ -115,15 +116,23 @@ def _place(
     # A later breakpoint caches everything before it too, so the latest ones are kept.
     by_position = sorted(fresh, key=lambda item: _position(request, item[0]), reverse=True)
     keep = {spot for spot, _ in by_position[:room]}
-    mark = CacheMark(ttl=settings.ttl, client=False)
     for spot, why in sorted(fresh, key=lambda item: _position(request, item[0])):
         if spot in keep:
-            decisions.append(_record(request, "mark", spot, why, ttl=settings.ttl))
-            request = _set(request, spot, mark)
+            ttl = _ttl(request, spot, settings)
+            decisions.append(_record(request, "mark", spot, why, ttl=ttl))
+            request = _set(request, spot, CacheMark(ttl=ttl, client=False))
         else:
             budget = f"{why}; over the budget of {settings.budget} (later marks kept)"
             decisions.append(_record(request, "skip", spot, budget))
     return request, decisions
+
+
+def _ttl(request: ModelRequest, spot: Spot, s: CacheSettings) -> Literal["5m", "1h"] | None:
+    """Tools and system carry ``ttl``; conversation messages ``message_ttl`` (when set).
+    Longer-lived marks come first in the request, as Anthropic requires."""
+    if spot[0] == "tools" or request.messages[int(spot[1])].role == "system":
+        return s.ttl
+    return s.message_ttl or s.ttl
 
 
 def _off_reason(settings: CacheSettings) -> str | None:
@@ -141,20 +150,25 @@ def _off_reason(settings: CacheSettings) -> str | None:
 def _kilo(request: ModelRequest, s: CacheSettings) -> list[tuple[Spot, str]]:
     indexed = list(enumerate(request.messages))
     system = [i for i, m in indexed if m.role == "system"][: max(0, s.system_first)]
-    rest = [i for i, m in indexed if m.role != "system"]
+    out = [(_placed(request, i, s), f"first {s.system_first} system messages") for i in system]
+    return out + _tail(request, s)
+
+
+def _tail(request: ModelRequest, s: CacheSettings) -> list[tuple[Spot, str]]:
+    """The last ``non_system_last`` non-system messages, placed as the policy says."""
+    rest = [i for i, m in enumerate(request.messages) if m.role != "system"]
     tail = rest[len(rest) - s.non_system_last :] if s.non_system_last > 0 else []
-    out: list[tuple[Spot, str]] = []
-    for i, why in [
-        *((i, f"first {s.system_first} system messages") for i in system),
-        *((i, f"last {s.non_system_last} non-system messages") for i in tail),
-    ]:
-        spot: Spot = ("messages", i)
-        if s.placement == "last-part":
-            j = _stable_part(request.messages[i], s.skip_trailing_environment)
-            if j is not None:
-                spot = ("messages", i, "parts", j)
-        out.append((spot, why))
-    return out
+    why = f"last {s.non_system_last} non-system messages"
+    return [(_placed(request, i, s), why) for i in tail]
+
+
+def _placed(request: ModelRequest, i: int, s: CacheSettings) -> Spot:
+    spot: Spot = ("messages", i)
+    if s.placement == "last-part":
+        j = _stable_part(request.messages[i], s.skip_trailing_environment)
+        if j is not None:
+            spot = ("messages", i, "parts", j)
+    return spot
 
 
 def _auto(request: ModelRequest, s: CacheSettings) -> list[tuple[Spot, str]]:
@@ -169,7 +183,9 @@ def _auto(request: ModelRequest, s: CacheSettings) -> list[tuple[Spot, str]]:
     if s.latest_user_message and users:
         j = _latest_user_part(request.messages[users[-1]])
         out.append((_part_spot(request, users[-1], j), "latest user message"))
-    return out
+    # The newer upstream AUTO also keeps a rolling breakpoint on the most recent messages,
+    # so a long tool loop reads its own history from the cache.
+    return out + _tail(request, s)
 
 
 def _part_spot(request: ModelRequest, i: int, j: int | None) -> Spot:

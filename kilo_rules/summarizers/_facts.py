@@ -26,14 +26,31 @@ _INJECTED = re.compile(
 _RUNTIME_USER_TEXTS = ("What did we do so far?", "Continue if you have next steps")
 
 _PATH_KEYS = (
-    "path", "file_path", "filePath", "filepath", "file", "filename", "notebook_path",
-    "target_file", "source", "destination", "old_path", "new_path", "dir_path", "directory",
+    "path",
+    "file_path",
+    "filePath",
+    "filepath",
+    "file",
+    "filename",
+    "notebook_path",
+    "target_file",
+    "source",
+    "destination",
+    "old_path",
+    "new_path",
+    "dir_path",
+    "directory",
 )
 _LIST_KEYS = ("paths", "files", "file_paths", "filePaths")
 _SHELL_WORDS = ("bash", "shell", "terminal", "exec", "command", "powershell", "run")
 _EDITOR_SUBCOMMANDS = {
-    "view": "read", "create": "created", "str_replace": "edited", "insert": "edited",
-    "undo_edit": "edited", "write": "created", "edit": "edited",
+    "view": "read",
+    "create": "created",
+    "str_replace": "edited",
+    "insert": "edited",
+    "undo_edit": "edited",
+    "write": "created",
+    "edit": "edited",
 }
 _ACTION_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("created", ("write", "create", "new_file")),

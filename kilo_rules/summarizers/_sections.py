@@ -57,12 +57,14 @@ def build(messages: Sequence[ModelMessage], width: int) -> dict[str, list[str]]:
     return {
         "goal": _goal(facts, width),
         "constraints": _dedupe(
-            s for t in facts.user_texts for s in sentences(t) if _CONSTRAINT.search(s)),
+            s for t in facts.user_texts for s in sentences(t) if _CONSTRAINT.search(s)
+        ),
         "done": _done(facts, earlier),
         "in_progress": _in_progress(facts, last_text),
         "blocked": _blocked(facts),
         "decisions": _dedupe(
-            s for t in facts.assistant_texts for s in sentences(t) if _DECISION.search(s)),
+            s for t in facts.assistant_texts for s in sentences(t) if _DECISION.search(s)
+        ),
         "next": _next(facts, last_text),
         "context": _context(facts),
         "files": [_file_bullet(p, a) for p, a in _ranked(facts.files)],
@@ -103,9 +105,10 @@ def _done(facts: Facts, earlier: list[str]) -> list[str]:
     if activity:
         out.append("Tool calls completed: " + ", ".join(activity))
     claims = [
-        s for t in earlier for s in sentences(t)
-        if _DONE.search(s) and not _FUTURE.search(s) and not _NOT.search(s)
-        and not s.endswith("?")
+        s
+        for t in earlier
+        for s in sentences(t)
+        if _DONE.search(s) and not _FUTURE.search(s) and not _NOT.search(s) and not s.endswith("?")
     ]
     return _dedupe(out[:6] + claims)
 
@@ -163,8 +166,10 @@ def _ranked(files: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
     order = {p: i for i, p in enumerate(files)}
     return sorted(
         files.items(),
-        key=lambda kv: (min((_RANK.get(a.split(" ")[0], 4) for a in kv[1]), default=4),
-                        order[kv[0]]),
+        key=lambda kv: (
+            min((_RANK.get(a.split(" ")[0], 4) for a in kv[1]), default=4),
+            order[kv[0]],
+        ),
     )
 
 

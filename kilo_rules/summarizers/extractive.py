@@ -57,9 +57,7 @@ class ExtractiveSummarizer:
         headings = parse_headings(request.template) or DEFAULT_HEADINGS
         new = _sections.build(request.messages, self.max_bullet_chars)
         previous = (
-            _parse_previous(request.previous_summary, headings)
-            if request.previous_summary
-            else {}
+            _parse_previous(request.previous_summary, headings) if request.previous_summary else {}
         )
         body: dict[str, list[str]] = {}
         for i, h in enumerate(headings):
@@ -92,10 +90,7 @@ class ExtractiveSummarizer:
 
 def _is_parent(headings: tuple[Heading, ...], i: int) -> bool:
     """A ``##`` heading directly followed by ``###`` ones holds only those subsections."""
-    return (
-        i + 1 < len(headings)
-        and headings[i + 1].level > headings[i].level
-    )
+    return i + 1 < len(headings) and headings[i + 1].level > headings[i].level
 
 
 def _norm(text: str) -> str:
@@ -160,6 +155,7 @@ def _bound(headings: tuple[Heading, ...], body: dict[str, list[str]], budget: in
     Within a section the bullet dropped is the one its cap policy values least (the newest
     for standing facts, the oldest for running logs); headings are never dropped.
     """
+
     def size() -> int:
         return len(_render(headings, body))
 
@@ -174,8 +170,8 @@ def _bound(headings: tuple[Heading, ...], body: dict[str, list[str]], budget: in
         if line is None:
             return
         bullets = body[line]
-        dropped = bullets.pop() if keys[line] in _KEEP_FIRST or keys[line] == "goal" else (
-            bullets.pop(0)
+        dropped = (
+            bullets.pop() if keys[line] in _KEEP_FIRST or keys[line] == "goal" else (bullets.pop(0))
         )
         total -= len(dropped) + 3
         if not bullets:

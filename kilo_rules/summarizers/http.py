@@ -32,8 +32,14 @@ _log = logging.getLogger(__name__)
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 # How providers word "the input is too long" (OpenAI, Anthropic, vLLM, llama.cpp, Gemini).
 _OVERFLOW_WORDS = (
-    "context_length_exceeded", "context length", "prompt is too long", "maximum context",
-    "too many tokens", "exceeds the context", "input is too long", "context window",
+    "context_length_exceeded",
+    "context length",
+    "prompt is too long",
+    "maximum context",
+    "too many tokens",
+    "exceeds the context",
+    "input is too long",
+    "context window",
     "reduce the length",
 )
 
@@ -42,7 +48,12 @@ class _StatusError(SummarizerError):
     """An HTTP error status; carries what the retry loop needs."""
 
     def __init__(
-        self, message: str, *, retryable: bool, overflow: bool, status: int,
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        overflow: bool,
+        status: int,
         retry_after: float | None,
     ) -> None:
         super().__init__(message, retryable=retryable, overflow=overflow)
@@ -165,13 +176,15 @@ class HttpSummarizer:
                     if error.retryable and self.attempts > 1:
                         raise SummarizerError(
                             f"{error} (gave up after {self.attempts} attempts)",
-                            retryable=True, overflow=error.overflow) from None
+                            retryable=True,
+                            overflow=error.overflow,
+                        ) from None
                     raise
                 wait = error.retry_after if isinstance(error, _StatusError) else None
-                delay = self._delay(attempt) if wait is None else min(
-                    wait, self.max_retry_after)
-                _log.info("%s; attempt %d of %d, retrying in %.2fs",
-                          error, attempt, self.attempts, delay)
+                delay = self._delay(attempt) if wait is None else min(wait, self.max_retry_after)
+                _log.info(
+                    "%s; attempt %d of %d, retrying in %.2fs", error, attempt, self.attempts, delay
+                )
             self._sleep(delay)
             attempt += 1
 
@@ -179,14 +192,16 @@ class HttpSummarizer:
         """One attempt: the reply's text, or a SummarizerError saying what went wrong."""
         try:
             response = client.post(
-                self.url, json=body, headers=self.request_headers(), timeout=self.timeout)
+                self.url, json=body, headers=self.request_headers(), timeout=self.timeout
+            )
         except httpx.TimeoutException as exc:
             raise SummarizerError(
-                f"{self._where()}: timed out ({type(exc).__name__})", retryable=True) from None
+                f"{self._where()}: timed out ({type(exc).__name__})", retryable=True
+            ) from None
         except httpx.TransportError as exc:
             raise SummarizerError(
-                f"{self._where()}: request failed: {self._redact(str(exc))}",
-                retryable=True) from None
+                f"{self._where()}: request failed: {self._redact(str(exc))}", retryable=True
+            ) from None
         if not response.is_success:
             raise self._status_error(response)
         return self._text(response)
@@ -207,8 +222,7 @@ class HttpSummarizer:
         status = response.status_code
         detail = self._redact(_provider_message(response))
         low = detail.lower()
-        overflow = status == 413 or (
-            status == 400 and any(w in low for w in _OVERFLOW_WORDS))
+        overflow = status == 413 or (status == 400 and any(w in low for w in _OVERFLOW_WORDS))
         return _StatusError(
             f"{self._where()}: HTTP {status}" + (f": {detail}" if detail else ""),
             retryable=status in _RETRY_STATUS or status >= 500,
@@ -223,11 +237,14 @@ class HttpSummarizer:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SummarizerError(
                 f"{self._where()}: the response is not JSON ({exc}): "
-                f"{self._redact(clip(response.text, 200))!r}") from None
+                f"{self._redact(clip(response.text, 200))!r}"
+            ) from None
         text = _anthropic_text(data) if self.kind == "anthropic" else _openai_text(data)
         if not text.strip():
-            raise SummarizerError(f"{self._where()}: the response has no text: "
-                                  f"{self._redact(clip(json.dumps(data), 300))}")
+            raise SummarizerError(
+                f"{self._where()}: the response has no text: "
+                f"{self._redact(clip(json.dumps(data), 300))}"
+            )
         return text.strip()
 
 
@@ -246,7 +263,8 @@ def _anthropic_text(data: Any) -> str:
     if not isinstance(blocks, list):
         return ""
     return "".join(
-        b["text"] for b in blocks
+        b["text"]
+        for b in blocks
         if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
     )
 

@@ -95,8 +95,9 @@ def test_narrowing_after_null_test() -> None:
         "else model.limits.context - output.max_tokens"
     )
     assert type_of(usable) == INT
-    assert type_of("model.limits.context if model.limits.input == null else "
-                   "model.limits.input") == INT
+    assert (
+        type_of("model.limits.context if model.limits.input == null else model.limits.input") == INT
+    )
     assert type_of("model.limits.input != null and model.limits.input > 100") == BOOL
     assert type_of("model.limits.input == null or model.limits.input > 100") == BOOL
     assert type_of("not (model.limits.input == null) and model.limits.input > 1") == BOOL
@@ -184,8 +185,11 @@ def test_functions_arity_and_names() -> None:
     assert hint == "clamp(x, lo, hi: number) -> number"
     assert only("min()")[0] == "expr.arity"
     code, message, hint = only("flor(1.5)")
-    assert (code, message, hint) == ("expr.unknown-function", "unknown function flor()",
-                                     "did you mean floor()?")
+    assert (code, message, hint) == (
+        "expr.unknown-function",
+        "unknown function flor()",
+        "did you mean floor()?",
+    )
     assert only("model.limits.context(1)")[0] == "expr.unknown-function"
 
 
@@ -216,8 +220,18 @@ def test_regex_checks(pattern: str, fragment: str | None) -> None:
     assert diagnostics[0].location.col == len("model.id matches ") + 1
 
 
-@pytest.mark.parametrize("pattern", ["gpt-(4|o1|o3)", "^claude-[0-9]+(\\.[0-9]+)?$", "(ab)+",
-                                     "[(a+)+]*", "(a+)?", "\\d+-\\d+", "(?i)kimi"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "gpt-(4|o1|o3)",
+        "^claude-[0-9]+(\\.[0-9]+)?$",
+        "(ab)+",
+        "[(a+)+]*",
+        "(a+)?",
+        "\\d+-\\d+",
+        "(?i)kimi",
+    ],
+)
 def test_safe_regexes_pass(pattern: str) -> None:
     assert codes(f"model.id matches {pattern!r}") == []
     assert codes(f"regex_match(model.id, {pattern!r})") == []
@@ -226,7 +240,9 @@ def test_safe_regexes_pass(pattern: str) -> None:
 def test_errors_are_collected_and_sorted() -> None:
     diagnostics = check(parse("lower(1) + model.limit.context + fo(1)"), VOCAB)
     assert [(d.code, d.location.col) for d in diagnostics] == [
-        ("expr.type", 7), ("expr.unknown-name", 12), ("expr.unknown-function", 34)
+        ("expr.type", 7),
+        ("expr.unknown-name", 12),
+        ("expr.unknown-function", 34),
     ]
 
 

@@ -26,11 +26,13 @@ from kilo_rules.expr import (
     text_locate,
 )
 
-VOCAB = default_vocabulary().extended({
-    "budget.usable": INT,
-    "output.max_tokens": INT,
-    "threshold.percent": nullable(NUMBER),
-})
+VOCAB = default_vocabulary().extended(
+    {
+        "budget.usable": INT,
+        "output.max_tokens": INT,
+        "threshold.percent": nullable(NUMBER),
+    }
+)
 
 CONTEXT: dict[str, Any] = {
     "model.id": "anthropic/claude-sonnet-4-5",
@@ -62,16 +64,24 @@ def run(text: str, expected: Type, context: dict[str, Any] | None = None, **kw: 
 @pytest.mark.parametrize(
     ("text", "expected", "value"),
     [
-        ("model.limits.input - min(20000, output.max_tokens) if model.limits.input != null "
-         "else model.limits.context - output.max_tokens", INT, 168_000),
+        (
+            "model.limits.input - min(20000, output.max_tokens) if model.limits.input != null "
+            "else model.limits.context - output.max_tokens",
+            INT,
+            168_000,
+        ),
         ("clamp(floor(budget.usable * 0.25), 2000, 8000)", INT, 8000),
         ("clamp(floor(budget.usable * 0.01), 2000, 8000)", INT, 2000),
         ('model.api_id contains "claude" or model.provider == "anthropic"', BOOL, True),
         ('lower(model.api_id) contains "kimi"', BOOL, False),
         ('model.api_id matches "gpt-(4|o1|o3)"', BOOL, False),
         ('model.api_id matches "^claude-sonnet"', BOOL, True),
-        ("session.last.count >= min(budget.usable, floor(model.limits.context * "
-         "(threshold.percent ?? 100) / 100))", BOOL, True),
+        (
+            "session.last.count >= min(budget.usable, floor(model.limits.context * "
+            "(threshold.percent ?? 100) / 100))",
+            BOOL,
+            True,
+        ),
         ("(model.limits.input ?? model.limits.context) - 20_000", INT, 180_000),
         ('model.prompt ?? "default"', STR, "default"),
         ("round(2.5)", INT, 3),
@@ -154,16 +164,19 @@ def test_constant_that_always_fails_is_a_compile_error() -> None:
         ("budget.usable // (output.max_tokens - 32000)", INT, {}, "division by zero"),
         ("budget.usable % (output.max_tokens - 32000)", INT, {}, "division by zero"),
         ("budget.usable / (output.max_tokens - 32000)", FLOAT, {}, "division by zero"),
-        ("budget.usable * budget.usable * budget.usable * budget.usable", INT,
-         {"budget.usable": 10**6}, "out of range"),
+        (
+            "budget.usable * budget.usable * budget.usable * budget.usable",
+            INT,
+            {"budget.usable": 10**6},
+            "out of range",
+        ),
         ("budget.usable * 1e10 * 1e10", FLOAT, {}, "out of range"),
         ("clamp(budget.usable, 10, 5)", INT, {}, "lower bound 10 is above upper bound 5"),
         ("int(model.id)", INT, {}, "int() cannot read"),
         ("float(model.id)", FLOAT, {"model.id": "inf"}, "out of range"),
     ],
 )
-def test_runtime_errors(text: str, expected: Type, context: dict[str, Any],
-                        fragment: str) -> None:
+def test_runtime_errors(text: str, expected: Type, context: dict[str, Any], fragment: str) -> None:
     compiled = compile_source(text, expected=expected, vocab=VOCAB)
     ctx = {**CONTEXT, **context}
     with pytest.raises(EvalError) as info:
@@ -186,20 +199,25 @@ def test_empty_list_fails_at_runtime() -> None:
 
 def test_runtime_error_location_and_details() -> None:
     text = "budget.usable +\n  1 // (output.max_tokens - 32000)"
-    compiled = compile_source(text, expected=INT, vocab=VOCAB,
-                              locate=text_locate(text, "policy.yaml", 10, 15, indent=2))
+    compiled = compile_source(
+        text, expected=INT, vocab=VOCAB, locate=text_locate(text, "policy.yaml", 10, 15, indent=2)
+    )
     with pytest.raises(EvalError) as info:
         compiled(CONTEXT)
     diagnostic = info.value.diagnostic
     assert (diagnostic.location.file, diagnostic.location.line, diagnostic.location.col) == (
-        "policy.yaml", 11, 5)
+        "policy.yaml",
+        11,
+        5,
+    )
     assert diagnostic.details["subexpression"] == "1 // (output.max_tokens - 32000)"
     assert diagnostic.details["expression"] == text
 
 
 def test_fallback_replaces_runtime_failures() -> None:
-    compiled = compile_source("budget.usable // (output.max_tokens - 32000)", expected=INT,
-                              vocab=VOCAB, fallback=0)
+    compiled = compile_source(
+        "budget.usable // (output.max_tokens - 32000)", expected=INT, vocab=VOCAB, fallback=0
+    )
     assert compiled(CONTEXT) == 0
     assert compiled({**CONTEXT, "output.max_tokens": 32_001}) == 168_000
 
@@ -242,8 +260,9 @@ def test_compile_expr_without_check_still_fails_cleanly() -> None:
 
 
 def test_compiled_metadata() -> None:
-    compiled = compile_source("budget.usable + model.limits.context + budget.usable",
-                              expected=INT, vocab=VOCAB)
+    compiled = compile_source(
+        "budget.usable + model.limits.context + budget.usable", expected=INT, vocab=VOCAB
+    )
     assert isinstance(compiled, CompiledExpr)
     assert compiled.names == ("budget.usable", "model.limits.context")
     assert compiled.type == INT

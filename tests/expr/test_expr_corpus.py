@@ -25,7 +25,8 @@ from kilo_rules.expr.types import ANY
 CORPUS = yaml.safe_load((Path(__file__).parent / "bad_expressions.yaml").read_text("utf-8"))
 TYPES = {"int": INT, "float": FLOAT, "number": NUMBER, "str": STR, "bool": BOOL}
 VOCAB = default_vocabulary().extended(
-    {name: TYPES[kind] for name, kind in CORPUS["vocabulary_extra"].items()})
+    {name: TYPES[kind] for name, kind in CORPUS["vocabulary_extra"].items()}
+)
 
 
 def test_corpus_is_large_enough() -> None:
@@ -36,8 +37,9 @@ def test_corpus_is_large_enough() -> None:
 @pytest.mark.parametrize("case", CORPUS["cases"], ids=lambda case: case["expr"][:40])
 def test_bad_expression(case: dict[str, Any]) -> None:
     at = case.get("at", {})
-    locate = text_locate(case["expr"], "policy.yaml", at.get("line", 1), at.get("col", 1),
-                         at.get("indent", 0))
+    locate = text_locate(
+        case["expr"], "policy.yaml", at.get("line", 1), at.get("col", 1), at.get("indent", 0)
+    )
     expected: Type = TYPES[case["expected"]] if "expected" in case else ANY
     with pytest.raises(ExprError) as info:
         compile_source(case["expr"], expected=expected, vocab=VOCAB, locate=locate)

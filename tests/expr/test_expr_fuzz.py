@@ -40,12 +40,14 @@ SHAPED_EXAMPLES = 4_000
 DIFFERENTIAL_EXAMPLES = 2_500
 
 # Fixed seeds keep CI reproducible; raise the counts locally to search harder.
-_FUZZ = settings(deadline=None, derandomize=True, database=None,
-                 suppress_health_check=list(HealthCheck))
+_FUZZ = settings(
+    deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 
 
 def fuzz(examples: int) -> settings:
     return settings(_FUZZ, max_examples=examples)
+
 
 VOCAB = default_vocabulary()
 
@@ -86,14 +88,68 @@ def _run_everything(text: str) -> None:
                 evaluate(context)
 
 
-TOKENS = st.sampled_from([
-    "(", ")", "[", "]", ",", "+", "-", "*", "/", "//", "%", "==", "!=", "<", "<=", ">", ">=",
-    "and", "or", "not", "in", "not in", "if", "else", "??", "contains", "startswith",
-    "endswith", "matches", "true", "false", "null", "0", "1", "2.5", "1_000", "50KB", "5m",
-    "'a'", '"b\\n"', "'(a+)+'", "model.limits.input", "model.id", "session.turns", "min",
-    "clamp", "len", "lower", "round", "x", "model.limit.context", "=", "!", "&&", '"', ".",
-    "\n", " ",
-])
+TOKENS = st.sampled_from(
+    [
+        "(",
+        ")",
+        "[",
+        "]",
+        ",",
+        "+",
+        "-",
+        "*",
+        "/",
+        "//",
+        "%",
+        "==",
+        "!=",
+        "<",
+        "<=",
+        ">",
+        ">=",
+        "and",
+        "or",
+        "not",
+        "in",
+        "not in",
+        "if",
+        "else",
+        "??",
+        "contains",
+        "startswith",
+        "endswith",
+        "matches",
+        "true",
+        "false",
+        "null",
+        "0",
+        "1",
+        "2.5",
+        "1_000",
+        "50KB",
+        "5m",
+        "'a'",
+        '"b\\n"',
+        "'(a+)+'",
+        "model.limits.input",
+        "model.id",
+        "session.turns",
+        "min",
+        "clamp",
+        "len",
+        "lower",
+        "round",
+        "x",
+        "model.limit.context",
+        "=",
+        "!",
+        "&&",
+        '"',
+        ".",
+        "\n",
+        " ",
+    ]
+)
 
 
 def test_random_text() -> None:
@@ -122,22 +178,82 @@ def test_random_text() -> None:
 
 NAMES = st.one_of(
     st.sampled_from(sorted(VOCAB)),
-    st.lists(st.sampled_from(["a", "model", "limits", "x_1", "budget", "if", "in"]),
-             min_size=1, max_size=3).map(".".join),
+    st.lists(
+        st.sampled_from(["a", "model", "limits", "x_1", "budget", "if", "in"]),
+        min_size=1,
+        max_size=3,
+    ).map(".".join),
 )
 ATOMS = st.one_of(
     st.integers(-(2**70), 2**70).map(str),
     st.floats(allow_nan=False, allow_infinity=False).map(repr),
-    st.sampled_from(["true", "false", "null", "50KB", "2GiB", "30s", "7d", "''", "'x'",
-                     "'(a|a)*'", "'[a-z]+'", "'claude'"]),
+    st.sampled_from(
+        [
+            "true",
+            "false",
+            "null",
+            "50KB",
+            "2GiB",
+            "30s",
+            "7d",
+            "''",
+            "'x'",
+            "'(a|a)*'",
+            "'[a-z]+'",
+            "'claude'",
+        ]
+    ),
     NAMES,
 )
-FUNCTIONS = st.sampled_from(["min", "max", "clamp", "floor", "ceil", "round", "abs", "len",
-                             "lower", "upper", "int", "float", "str", "any", "all",
-                             "coalesce", "sum", "regex_match", "nope", "model.id"])
-BINARY = st.sampled_from(["+", "-", "*", "/", "//", "%", "==", "!=", "<", "<=", ">", ">=",
-                          "and", "or", "in", "not in", "contains", "startswith", "endswith",
-                          "matches", "??"])
+FUNCTIONS = st.sampled_from(
+    [
+        "min",
+        "max",
+        "clamp",
+        "floor",
+        "ceil",
+        "round",
+        "abs",
+        "len",
+        "lower",
+        "upper",
+        "int",
+        "float",
+        "str",
+        "any",
+        "all",
+        "coalesce",
+        "sum",
+        "regex_match",
+        "nope",
+        "model.id",
+    ]
+)
+BINARY = st.sampled_from(
+    [
+        "+",
+        "-",
+        "*",
+        "/",
+        "//",
+        "%",
+        "==",
+        "!=",
+        "<",
+        "<=",
+        ">",
+        ">=",
+        "and",
+        "or",
+        "in",
+        "not in",
+        "contains",
+        "startswith",
+        "endswith",
+        "matches",
+        "??",
+    ]
+)
 
 
 def _extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
@@ -146,7 +262,8 @@ def _extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
         inner.map(lambda e: f"-{e}"),
         inner.map(lambda e: f"not {e}"),
         st.tuples(FUNCTIONS, st.lists(inner, max_size=4)).map(
-            lambda t: f"{t[0]}({', '.join(t[1])})"),
+            lambda t: f"{t[0]}({', '.join(t[1])})"
+        ),
         st.lists(inner, max_size=4).map(lambda items: f"[{', '.join(items)}]"),
         st.tuples(inner, inner, inner).map(lambda t: f"({t[0]} if {t[1]} else {t[2]})"),
     )
@@ -171,10 +288,19 @@ def test_grammar_shaped_expressions() -> None:
 
 # --- well-typed: compiled == interpreted ------------------------------------------------
 
-TYPED_VOCAB = default_vocabulary().extended({
-    "n.a": INT, "n.b": INT, "n.c": nullable(INT), "f.x": FLOAT, "s.a": STR, "s.b": STR,
-    "b.a": BOOL, "l.i": list_of(INT), "l.s": list_of(STR),
-})
+TYPED_VOCAB = default_vocabulary().extended(
+    {
+        "n.a": INT,
+        "n.b": INT,
+        "n.c": nullable(INT),
+        "f.x": FLOAT,
+        "s.a": STR,
+        "s.b": STR,
+        "b.a": BOOL,
+        "l.i": list_of(INT),
+        "l.s": list_of(STR),
+    }
+)
 WORDS = st.text(alphabet="abcxyz-.", max_size=6)
 
 
@@ -186,11 +312,27 @@ def _p(template: str, *parts: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 def typed(kind: str, depth: int) -> st.SearchStrategy[str]:
     """Expression text of type ``kind`` (int, float, str, bool), nested up to ``depth``."""
     leaves = {
-        "int": st.one_of(st.integers(-50, 10**6).map(str), st.sampled_from(
-            ["n.a", "n.b", "50KB", "1KiB", "5m", "1_000", "model.limits.context",
-             "session.turns", "(n.c ?? 3)"])),
-        "float": st.one_of(st.floats(-1e3, 1e6, allow_nan=False).map(lambda f: f"{f:.4f}"),
-                           st.just("f.x"), st.just("(model.prices.input ?? 0.5)")),
+        "int": st.one_of(
+            st.integers(-50, 10**6).map(str),
+            st.sampled_from(
+                [
+                    "n.a",
+                    "n.b",
+                    "50KB",
+                    "1KiB",
+                    "5m",
+                    "1_000",
+                    "model.limits.context",
+                    "session.turns",
+                    "(n.c ?? 3)",
+                ]
+            ),
+        ),
+        "float": st.one_of(
+            st.floats(-1e3, 1e6, allow_nan=False).map(lambda f: f"{f:.4f}"),
+            st.just("f.x"),
+            st.just("(model.prices.input ?? 0.5)"),
+        ),
         "str": st.one_of(WORDS.map(repr), st.sampled_from(["s.a", "s.b", "model.api_id"])),
         "bool": st.sampled_from(["true", "false", "b.a", "model.reasoning", "(n.c == null)"]),
     }
@@ -201,32 +343,51 @@ def typed(kind: str, depth: int) -> st.SearchStrategy[str]:
     options: dict[str, list[st.SearchStrategy[str]]] = {
         "int": [
             _p("({} {} {})", i, st.sampled_from(["+", "-", "*", "//", "%"]), i),
-            _p("-{}", i), _p("min({}, {})", i, i), _p("max({}, {}, {})", i, i, i),
-            _p("clamp({}, {}, {})", i, i, i), _p("floor({})", number),
-            _p("ceil({})", number), _p("round({})", number), _p("abs({})", i),
-            _p("len({})", s), _p("int({})", number), _p("({} if {} else {})", i, b, i),
-            _p("(n.c - {} if n.c != null else {})", i, i), _p("sum([{}, {}])", i, i),
-            _p("max(l.i)", st.just("")), _p("coalesce(n.c, {})", i),
+            _p("-{}", i),
+            _p("min({}, {})", i, i),
+            _p("max({}, {}, {})", i, i, i),
+            _p("clamp({}, {}, {})", i, i, i),
+            _p("floor({})", number),
+            _p("ceil({})", number),
+            _p("round({})", number),
+            _p("abs({})", i),
+            _p("len({})", s),
+            _p("int({})", number),
+            _p("({} if {} else {})", i, b, i),
+            _p("(n.c - {} if n.c != null else {})", i, i),
+            _p("sum([{}, {}])", i, i),
+            _p("max(l.i)", st.just("")),
+            _p("coalesce(n.c, {})", i),
         ],
         "float": [
             _p("({} {} {})", number, st.sampled_from(["+", "-", "*"]), f),
-            _p("({} / {})", number, number), _p("float({})", i),
+            _p("({} / {})", number, number),
+            _p("float({})", i),
             _p("({} if {} else {})", f, b, f),
         ],
         "str": [
-            _p("({} + {})", s, s), _p("lower({})", s), _p("upper({})", s),
-            _p("str({})", st.one_of(i, b, s)), _p("({} if {} else {})", s, b, s),
+            _p("({} + {})", s, s),
+            _p("lower({})", s),
+            _p("upper({})", s),
+            _p("str({})", st.one_of(i, b, s)),
+            _p("({} if {} else {})", s, b, s),
             _p("(model.prompt ?? {})", s),
         ],
         "bool": [
-            _p("({} {} {})", number, st.sampled_from(["==", "!=", "<", "<=", ">", ">="]),
-               number),
-            _p("({} {} {})", s, st.sampled_from(["==", "<", "in", "not in", "contains",
-                                                  "startswith", "endswith"]), s),
+            _p("({} {} {})", number, st.sampled_from(["==", "!=", "<", "<=", ">", ">="]), number),
+            _p(
+                "({} {} {})",
+                s,
+                st.sampled_from(["==", "<", "in", "not in", "contains", "startswith", "endswith"]),
+                s,
+            ),
             _p("({} {} {})", b, st.sampled_from(["and", "or", "=="]), b),
-            _p("not {}", b), _p("({} in l.i)", i), _p("(l.s contains {})", s),
+            _p("not {}", b),
+            _p("({} in l.i)", i),
+            _p("(l.s contains {})", s),
             _p("({} matches {})", s, st.sampled_from(["'a.c'", "'^x'", "'(ab|c)$'", "'-'"])),
-            _p("any([{}, {}])", b, b), _p("all([{}])", b),
+            _p("any([{}, {}])", b, b),
+            _p("all([{}])", b),
             _p("({} if {} else {})", b, b, b),
             _p("(n.c != null and n.c > {})", i),
         ],
@@ -234,17 +395,25 @@ def typed(kind: str, depth: int) -> st.SearchStrategy[str]:
     return st.one_of(leaves[kind], *options[kind])
 
 
-CONTEXTS = st.fixed_dictionaries({
-    "n.a": st.integers(-5, 10**6), "n.b": st.integers(-5, 5),
-    "n.c": st.one_of(st.none(), st.integers(-5, 100)),
-    "f.x": st.floats(-100, 100, allow_nan=False), "s.a": WORDS, "s.b": WORDS,
-    "b.a": st.booleans(), "l.i": st.lists(st.integers(-3, 3), max_size=3),
-    "l.s": st.lists(WORDS, max_size=3),
-    "model.limits.context": st.integers(0, 10**6), "session.turns": st.integers(0, 50),
-    "model.prices.input": st.one_of(st.none(), st.floats(0, 100)),
-    "model.api_id": WORDS, "model.reasoning": st.booleans(),
-    "model.prompt": st.one_of(st.none(), WORDS),
-})
+CONTEXTS = st.fixed_dictionaries(
+    {
+        "n.a": st.integers(-5, 10**6),
+        "n.b": st.integers(-5, 5),
+        "n.c": st.one_of(st.none(), st.integers(-5, 100)),
+        "f.x": st.floats(-100, 100, allow_nan=False),
+        "s.a": WORDS,
+        "s.b": WORDS,
+        "b.a": st.booleans(),
+        "l.i": st.lists(st.integers(-3, 3), max_size=3),
+        "l.s": st.lists(WORDS, max_size=3),
+        "model.limits.context": st.integers(0, 10**6),
+        "session.turns": st.integers(0, 50),
+        "model.prices.input": st.one_of(st.none(), st.floats(0, 100)),
+        "model.api_id": WORDS,
+        "model.reasoning": st.booleans(),
+        "model.prompt": st.one_of(st.none(), WORDS),
+    }
+)
 KINDS = {"int": INT, "float": FLOAT, "str": STR, "bool": BOOL}
 
 
@@ -261,8 +430,10 @@ def test_compiled_matches_interpreter() -> None:
     compiled_ok = 0
 
     @fuzz(DIFFERENTIAL_EXAMPLES)
-    @given(st.sampled_from(sorted(KINDS)).flatmap(
-        lambda k: st.tuples(st.just(k), typed(k, 3))), CONTEXTS)
+    @given(
+        st.sampled_from(sorted(KINDS)).flatmap(lambda k: st.tuples(st.just(k), typed(k, 3))),
+        CONTEXTS,
+    )
     def differential(case: tuple[str, str], context: dict[str, Any]) -> None:
         nonlocal seen, compiled_ok
         seen += 1
@@ -275,7 +446,8 @@ def test_compiled_matches_interpreter() -> None:
             return
         compiled_ok += 1
         assert _outcome(compiled, context) == _outcome(
-            lambda ctx: interpret(compiled.expr, ctx), context), text
+            lambda ctx: interpret(compiled.expr, ctx), context
+        ), text
 
     differential()
     assert seen >= DIFFERENTIAL_EXAMPLES

@@ -22,8 +22,9 @@ from kilo_rules.expr import (
 
 
 def test_public_names_are_sorted_and_importable() -> None:
-    assert expr_api.__all__ == sorted(expr_api.__all__, key=lambda n: (
-        0 if n.isupper() else 1 if n[0].isupper() else 2, n))
+    assert expr_api.__all__ == sorted(
+        expr_api.__all__, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n)
+    )
     for name in expr_api.__all__:
         assert getattr(expr_api, name) is not None
 
@@ -44,8 +45,12 @@ def test_default_vocabulary_has_the_documented_names() -> None:
 
 def test_every_model_field_is_a_name() -> None:
     model = ModelInfo(
-        id="anthropic/claude-x", provider="anthropic", family="claude", api_id="claude-x",
-        api="anthropic", limits=Limits(context=200_000, output=64_000),
+        id="anthropic/claude-x",
+        provider="anthropic",
+        family="claude",
+        api_id="claude-x",
+        api="anthropic",
+        limits=Limits(context=200_000, output=64_000),
         prices=Prices(input=3, output=15),
     )
     values = model_values(model)

@@ -28,8 +28,10 @@ def shared_log(name: str) -> Path:
     """A log from ``../shared/data/trajectories``; skips the test when it is not there."""
     path = TRAJECTORIES / name
     if not path.is_file():
-        pytest.skip(f"{name} not found: the shared trajectories folder ({TRAJECTORIES}) is "
-                    "not beside this checkout")
+        pytest.skip(
+            f"{name} not found: the shared trajectories folder ({TRAJECTORIES}) is "
+            "not beside this checkout"
+        )
     return path
 
 
@@ -46,8 +48,11 @@ def result_text(part: ToolPart) -> str:
 def largest_result(session: Session) -> int:
     """UTF-8 size of the largest tool result fed back to the model (the final submission,
     never shown to the model, is left out as SOURCES.md does)."""
-    return max(len(result_text(p).encode()) for p in tool_parts(session)
-               if not p.metadata.get("submission"))
+    return max(
+        len(result_text(p).encode())
+        for p in tool_parts(session)
+        if not p.metadata.get("submission")
+    )
 
 
 def check_session(session: Session) -> None:

@@ -31,8 +31,10 @@ def _anthropic_messages() -> list[dict[str, Any]]:
             if current.get("id") == rec["message"]["id"]:
                 current["message"]["content"].extend(content)
             else:
-                current = {"id": rec["message"]["id"],
-                           "message": {"role": "assistant", "content": list(content)}}
+                current = {
+                    "id": rec["message"]["id"],
+                    "message": {"role": "assistant", "content": list(content)},
+                }
                 out.append(current["message"])
         elif isinstance(content, list):  # tool results, gathered after their response
             if out[-1]["role"] == "user":
@@ -50,15 +52,23 @@ def _openai_messages() -> list[dict[str, Any]]:
     for m in _anthropic_messages():
         if m["role"] == "assistant":
             text = "\n".join(b["text"] for b in m["content"] if b["type"] == "text")
-            calls = [{"id": b["id"], "type": "function",
-                      "function": {"name": b["name"], "arguments": json.dumps(b["input"])}}
-                     for b in m["content"] if b["type"] == "tool_use"]
+            calls = [
+                {
+                    "id": b["id"],
+                    "type": "function",
+                    "function": {"name": b["name"], "arguments": json.dumps(b["input"])},
+                }
+                for b in m["content"]
+                if b["type"] == "tool_use"
+            ]
             out.append({"role": "assistant", "content": text or None, "tool_calls": calls})
         elif isinstance(m["content"], str):
             out.append(m)
         else:
-            out.extend({"role": "tool", "tool_call_id": b["tool_use_id"],
-                        "content": b["content"]} for b in m["content"])
+            out.extend(
+                {"role": "tool", "tool_call_id": b["tool_use_id"], "content": b["content"]}
+                for b in m["content"]
+            )
     return out
 
 
@@ -72,8 +82,11 @@ def _calls(session: Session) -> list[tuple[str, str, dict[str, Any], str]]:
 
 
 def test_anthropic_messages_matches_claude_code(reference: Session) -> None:
-    doc = {"model": "claude-sonnet-4-5-20250929", "system": "You are a subagent.",
-           "messages": _anthropic_messages()}
+    doc = {
+        "model": "claude-sonnet-4-5-20250929",
+        "system": "You are a subagent.",
+        "messages": _anthropic_messages(),
+    }
     text = json.dumps(doc, indent=2)
     assert detect_format(text) == "anthropic_messages"
     session = import_text(text, name="chat.json")
@@ -97,26 +110,47 @@ def test_openai_chat_matches_claude_code(reference: Session) -> None:
 
 def test_openai_chat_edge_cases() -> None:
     messages = [
-        {"role": "user", "content": [
-            {"type": "text", "text": "look"},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
-        {"role": "assistant", "content": None, "reasoning_content": "hmm",
-         "function_call": {"name": "grep", "arguments": "{not json"}},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "hmm",
+            "function_call": {"name": "grep", "arguments": "{not json"},
+        },
         {"role": "function", "name": "grep", "content": "no match"},
         {"role": "developer", "content": "be brief"},
         {"role": "tool", "tool_call_id": "call_nowhere", "content": "stray"},
     ]
-    session = import_text(json.dumps({"messages": messages, "tools": [
-        {"type": "function", "function": {"name": "grep", "description": "search",
-                                          "parameters": {"type": "object"}}}]}),
-                          fmt="openai_chat")
+    session = import_text(
+        json.dumps(
+            {
+                "messages": messages,
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "grep",
+                            "description": "search",
+                            "parameters": {"type": "object"},
+                        },
+                    }
+                ],
+            }
+        ),
+        fmt="openai_chat",
+    )
     check_session(session)
     user, assistant, developer, stray = session.messages
     assert isinstance(user.parts[1], FilePart) and user.parts[1].mime == "image/png"
     assert isinstance(assistant.parts[0], ReasoningPart)
     (call,) = tool_parts(session)
-    assert (call.tool, call.input, call.output) == ("grep", {"arguments": "{not json"},
-                                                    "no match")
+    assert (call.tool, call.input, call.output) == ("grep", {"arguments": "{not json"}, "no match")
     assert call.metadata == {"arguments_not_json": True}
     assert developer.parts[0].metadata == {"role": "developer"}
     assert stray.parts[0].metadata == {"orphan_tool_result": "call_nowhere"}
@@ -125,13 +159,24 @@ def test_openai_chat_edge_cases() -> None:
 
 def test_anthropic_blocks() -> None:
     messages = [
-        {"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
-                                         "data": "AAAA"}}]},
-        {"role": "assistant", "stop_reason": "end_turn", "content": [
-            {"type": "redacted_thinking", "data": "opaque"},
-            {"type": "text", "text": "done"}],
-         "usage": {"input_tokens": 5, "output_tokens": 2, "cache_read_input_tokens": 7}},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/jpeg", "data": "AAAA"},
+                }
+            ],
+        },
+        {
+            "role": "assistant",
+            "stop_reason": "end_turn",
+            "content": [
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "done"},
+            ],
+            "usage": {"input_tokens": 5, "output_tokens": 2, "cache_read_input_tokens": 7},
+        },
     ]
     session = import_text(json.dumps(messages), fmt="anthropic_messages")
     user, assistant = session.messages
@@ -146,8 +191,9 @@ def test_anthropic_blocks() -> None:
 
 @pytest.mark.parametrize("fmt", ["openai_chat", "anthropic_messages"])
 def test_unknown_role_is_located(fmt: str) -> None:
-    text = json.dumps([{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}],
-                      indent=2)
+    text = json.dumps(
+        [{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}], indent=2
+    )
     with pytest.raises(ImportFormatError) as info:
         import_text(text, fmt=fmt, name="chat.json")
     diag = info.value.diagnostic

@@ -50,7 +50,11 @@ def test_subagent_counts_match_sources(subagent: Session) -> None:
     result_lines = {p.metadata["result_line"] for p in tool_parts(subagent)}
     assert merged_lines + len(result_lines) + len(users) == 74
     assert Counter(p.tool for p in tool_parts(subagent)) == {
-        "Read": 16, "Glob": 10, "Bash": 5, "Grep": 2}
+        "Read": 16,
+        "Glob": 10,
+        "Bash": 5,
+        "Grep": 2,
+    }
     assert largest_result(subagent) == 32_254
     assert subagent.metadata["import"]["skipped"] == {"progress": 70}
 
@@ -58,7 +62,8 @@ def test_subagent_counts_match_sources(subagent: Session) -> None:
 def test_subagent_merges_responses_by_message_id(subagent: Session) -> None:
     raw_ids = [r["message"]["id"] for _, r in jsonl_records(SUBAGENT) if r["type"] == "assistant"]
     assert [m.metadata["message_id"] for m in subagent.messages if m.role == "assistant"] == list(
-        dict.fromkeys(raw_ids))
+        dict.fromkeys(raw_ids)
+    )
     first = subagent.messages[1]
     # One response, nine parallel calls, each answered by its own result line.
     assert [p.type for p in first.parts] == ["text"] + ["tool"] * 9
@@ -122,12 +127,26 @@ def test_main_counts_match_sources(main_log: tuple[Session, list[tuple[int, Any]
     assert len(tools) == 177
     assert all(p.status in ("completed", "error") for p in tools)
     assert Counter(p.tool for p in tools) == {
-        "Bash": 74, "Read": 40, "Edit": 22, "Grep": 20, "Glob": 9, "Write": 5,
-        "TaskOutput": 3, "Task": 1, "Skill": 1, "EnterPlanMode": 1, "ExitPlanMode": 1}
+        "Bash": 74,
+        "Read": 40,
+        "Edit": 22,
+        "Grep": 20,
+        "Glob": 9,
+        "Write": 5,
+        "TaskOutput": 3,
+        "Task": 1,
+        "Skill": 1,
+        "EnterPlanMode": 1,
+        "ExitPlanMode": 1,
+    }
     assert largest_result(session) == 39_598
     assert session.metadata["import"]["skipped"] == {
-        "progress": 1117, "file-history-snapshot": 13, "queue-operation": 1,
-        "system:stop_hook_summary": 2, "system:turn_duration": 1}
+        "progress": 1117,
+        "file-history-snapshot": 13,
+        "queue-operation": 1,
+        "system:stop_hook_summary": 2,
+        "system:turn_duration": 1,
+    }
 
 
 def test_main_thinking_keeps_signatures(main_log: tuple[Session, list[tuple[int, Any]]]) -> None:
@@ -135,16 +154,23 @@ def test_main_thinking_keeps_signatures(main_log: tuple[Session, list[tuple[int,
     reasoning = [p for m in session.messages for p in m.parts if isinstance(p, ReasoningPart)]
     assert len(reasoning) == 19
     assert all(p.signature for p in reasoning)
-    texts = [p for m in session.messages for p in m.parts
-             if isinstance(p, TextPart) and m.role == "assistant" and not m.summary]
+    texts = [
+        p
+        for m in session.messages
+        for p in m.parts
+        if isinstance(p, TextPart) and m.role == "assistant" and not m.summary
+    ]
     assert len(texts) == 82
 
 
 def test_main_compaction(main_log: tuple[Session, list[tuple[int, Any]]]) -> None:
     session, records = main_log
     summary_text = dict(records)[715]["message"]["content"]
-    (i,) = [i for i, m in enumerate(session.messages)
-            if any(isinstance(p, CompactionPart) for p in m.parts)]
+    (i,) = [
+        i
+        for i, m in enumerate(session.messages)
+        if any(isinstance(p, CompactionPart) for p in m.parts)
+    ]
     boundary, summary = session.messages[i], session.messages[i + 1]
     part = boundary.parts[0]
     assert isinstance(part, CompactionPart)

@@ -44,8 +44,9 @@ def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
     assert (session["id"], len(session["messages"])) == ("swe-agent", 14)
 
 
-def test_import_error_is_one_located_line(tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_import_error_is_one_located_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "cut.jsonl"
     lines = SUBAGENT.read_text(encoding="utf-8").split("\n")
     bad.write_text("\n".join([*lines[:4], lines[4][:100]]), encoding="utf-8")
@@ -57,11 +58,11 @@ def test_import_error_is_one_located_line(tmp_path: Path,
     assert ": error[import.json]: not valid JSON: " in first
 
 
-def test_short_source_lines_are_echoed(tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_short_source_lines_are_echoed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "chat.json"
-    bad.write_text('[\n  {"role": "user", "content": "hi"},\n  {"role" "user"}\n]\n',
-                   encoding="utf-8")
+    bad.write_text(
+        '[\n  {"role": "user", "content": "hi"},\n  {"role" "user"}\n]\n', encoding="utf-8"
+    )
     assert _run([str(bad)]) == 1
     assert capsys.readouterr().err.splitlines() == [
         f"{bad}:3:11: error[import.json]: not valid JSON: Expecting ':' delimiter",
@@ -75,8 +76,7 @@ def test_missing_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "error[io.read]" in capsys.readouterr().err
 
 
-def test_unwritable_output_is_exit_2(tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_unwritable_output_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _run([str(SWE_AGENT), "-o", str(tmp_path / "no" / "such" / "dir.json")]) == 2
     assert "error[io.write]" in capsys.readouterr().err
 

@@ -90,7 +90,7 @@ def test_wrong_shape_in_a_jsonl_line_is_located(tmp_path: Path) -> None:
     diag = _error(tmp_path, "\n".join(lines).encode()).diagnostic
     assert diag.code == "import.shape"
     assert diag.message == "message: expected an object, found a number"
-    assert (diag.location.line, diag.location.col) == (2, lines[1].index('42') + 1)
+    assert (diag.location.line, diag.location.col) == (2, lines[1].index("42") + 1)
 
 
 def test_json_lines_given_to_a_document_format(tmp_path: Path) -> None:
@@ -118,9 +118,11 @@ def test_unknown_format_names_the_formats_tried() -> None:
         detect_format('{"hello": "world"}', name="x.json")
     diag = info.value.diagnostic
     assert diag.code == "import.format"
-    assert diag.message == ("cannot tell the format of this JSON (tried mini_swe_agent, "
-                            "swe_agent, openhands, claude_code, anthropic_messages, "
-                            "openai_chat)")
+    assert diag.message == (
+        "cannot tell the format of this JSON (tried mini_swe_agent, "
+        "swe_agent, openhands, claude_code, anthropic_messages, "
+        "openai_chat)"
+    )
     assert str(diag.location) == "x.json:1:1"
     with pytest.raises(ImportFormatError, match="JSON Lines file"):
         detect_format('{"a": 1}\n{"b": 2}\n')
@@ -136,8 +138,14 @@ def test_unknown_format_name() -> None:
     diag = info.value.diagnostic
     assert diag.code == "import.unknown-format"
     assert diag.hint is not None and diag.hint.startswith("did you mean 'claude_code'?")
-    assert set(FORMATS) == {"anthropic_messages", "claude_code", "mini_swe_agent",
-                            "openai_chat", "openhands", "swe_agent"}
+    assert set(FORMATS) == {
+        "anthropic_messages",
+        "claude_code",
+        "mini_swe_agent",
+        "openai_chat",
+        "openhands",
+        "swe_agent",
+    }
 
 
 def test_run_of_a_single_run_format() -> None:
@@ -145,7 +153,8 @@ def test_run_of_a_single_run_format() -> None:
         import_file(SWE_AGENT, run=1)
     assert info.value.diagnostic.code == "import.run"
     assert info.value.diagnostic.message == (
-        "run 1 is out of range: a swe_agent log holds 1 run (run 0)")
+        "run 1 is out of range: a swe_agent log holds 1 run (run 0)"
+    )
     assert import_file(SWE_AGENT, run=0) == import_file(SWE_AGENT)
 
 

@@ -45,18 +45,22 @@ def test_v1_counts_match_sources(v1: tuple[Session, dict[str, Any]]) -> None:
     # format-error messages. The 95th call's output is the submitted diff.
     session, raw = v1
     check_session(session)
-    assert Counter(m["role"] for m in raw["messages"]) == {"system": 1, "user": 98,
-                                                           "assistant": 97}
+    assert Counter(m["role"] for m in raw["messages"]) == {"system": 1, "user": 98, "assistant": 97}
     assistants = [m for m in session.messages if m.role == "assistant"]
     assert len(assistants) == 97
     tools = tool_parts(session)
     assert len(tools) == 95
     assert all(p.status == "completed" for p in tools)
-    format_errors = [m for m in session.messages
-                     if m.role == "user" and m.parts[0].metadata.get("mini_swe_agent")]
+    format_errors = [
+        m
+        for m in session.messages
+        if m.role == "user" and m.parts[0].metadata.get("mini_swe_agent")
+    ]
     assert len(format_errors) == 2
-    assert all(m.parts[0].text.startswith("Please always provide EXACTLY ONE action")
-               for m in format_errors)
+    assert all(
+        m.parts[0].text.startswith("Please always provide EXACTLY ONE action")
+        for m in format_errors
+    )
     fed_back = [p for p in tools if not p.metadata.get("submission")]
     assert len(fed_back) + len(format_errors) == 96
     assert largest_result(session) == 41_623
@@ -104,7 +108,8 @@ def test_v2_counts_match_sources(v2: tuple[Session, dict[str, Any]]) -> None:
     assert len(tools) == 157
     assert all(p.status == "completed" for p in tools)
     assert [p.call_id for p in tools] == [
-        tc["id"] for m in raw["messages"] if m["role"] == "assistant" for tc in m["tool_calls"]]
+        tc["id"] for m in raw["messages"] if m["role"] == "assistant" for tc in m["tool_calls"]
+    ]
     assert largest_result(session) == 10_620
     assert tools[-1].metadata == {"submission": True, "exit_status": "Submitted"}
     assert sum(bool(p.metadata.get("truncated")) for p in tools) == 2

@@ -40,11 +40,13 @@ def test_counts_match_sources(runs: list[tuple[Session, dict[str, Any]]]) -> Non
         check_session(session)
         calls = [e for e in raw["history"] if "action" in e and "tool_call_metadata" in e]
         assert [p.call_id for p in tool_parts(session)] == [
-            e["tool_call_metadata"]["tool_call_id"] for e in calls]
+            e["tool_call_metadata"]["tool_call_id"] for e in calls
+        ]
 
 
 def test_every_call_answered_except_the_final_finish(
-        runs: list[tuple[Session, dict[str, Any]]]) -> None:
+    runs: list[tuple[Session, dict[str, Any]]],
+) -> None:
     # Runs 0 and 1 end on a `finish` call, which OpenHands never answers: the log ends
     # there. Run 2 stopped at the iteration limit with every call answered.
     for session, raw in runs:
@@ -60,8 +62,11 @@ def test_every_call_answered_except_the_final_finish(
 
 def test_observation_text_is_the_tool_output(runs: list[tuple[Session, dict[str, Any]]]) -> None:
     session, raw = runs[0]
-    by_call = {e["tool_call_metadata"]["tool_call_id"]: e for e in raw["history"]
-               if "observation" in e and "tool_call_metadata" in e}
+    by_call = {
+        e["tool_call_metadata"]["tool_call_id"]: e
+        for e in raw["history"]
+        if "observation" in e and "tool_call_metadata" in e
+    }
     for part in tool_parts(session):
         if part.call_id in by_call:
             assert result_text(part) == by_call[part.call_id]["content"]
@@ -71,8 +76,10 @@ def test_observation_text_is_the_tool_output(runs: list[tuple[Session, dict[str,
 def test_tool_input_is_what_the_model_sent(runs: list[tuple[Session, dict[str, Any]]]) -> None:
     session, _ = runs[0]
     first = tool_parts(session)[0]
-    assert (first.tool, first.input) == ("execute_bash",
-                                         {"command": "ls -l /workspace/ponylang__ponyc__0.1"})
+    assert (first.tool, first.input) == (
+        "execute_bash",
+        {"command": "ls -l /workspace/ponylang__ponyc__0.1"},
+    )
 
 
 def test_session_fields(runs: list[tuple[Session, dict[str, Any]]]) -> None:
@@ -80,8 +87,12 @@ def test_session_fields(runs: list[tuple[Session, dict[str, Any]]]) -> None:
     assert session.id == "ponylang__ponyc-4595"
     assert session.model == "openai/openrouter-llama-4-maverick"
     assert session.agent == "CodeActAgent"
-    assert [t.name for t in session.tools] == ["execute_bash", "think", "finish",
-                                                "str_replace_editor"]
+    assert [t.name for t in session.tools] == [
+        "execute_bash",
+        "think",
+        "finish",
+        "str_replace_editor",
+    ]
     assert all(t.description and t.input_schema.get("properties") for t in session.tools)
     assert session.metadata["system_prompt"].startswith("You are OpenHands agent")
     first_user = session.messages[0]
@@ -94,11 +105,15 @@ def test_session_fields(runs: list[tuple[Session, dict[str, Any]]]) -> None:
 
 
 def test_error_observation_without_a_call_is_a_user_message(
-        runs: list[tuple[Session, dict[str, Any]]]) -> None:
+    runs: list[tuple[Session, dict[str, Any]]],
+) -> None:
     session, _ = runs[1]
-    errors = [m for m in session.messages
-              if m.role == "user" and m.parts[0].metadata.get("openhands", {}).get(
-                  "observation") == "error"]
+    errors = [
+        m
+        for m in session.messages
+        if m.role == "user"
+        and m.parts[0].metadata.get("openhands", {}).get("observation") == "error"
+    ]
     assert len(errors) == 1
     assert errors[0].parts[0].text.startswith("Parameter 'command' is expected")
 

@@ -30,17 +30,20 @@ def test_counts_match_sources(traj: tuple[Session, dict[str, Any]]) -> None:
     assert len([m for m in session.messages if m.role == "assistant"]) == 12
     tools = tool_parts(session)
     assert [p.input["command"] for p in tools] == [
-        m["action"] for m in raw["history"] if m["role"] == "assistant"]
+        m["action"] for m in raw["history"] if m["role"] == "assistant"
+    ]
     assert all(p.status == "completed" for p in tools)
     assert largest_result(session) == 5_158
 
 
-def test_observations_are_the_following_user_messages(
-        traj: tuple[Session, dict[str, Any]]) -> None:
+def test_observations_are_the_following_user_messages(traj: tuple[Session, dict[str, Any]]) -> None:
     session, raw = traj
     history = raw["history"]
-    replies = [history[i + 1]["content"] for i, m in enumerate(history)
-               if m["role"] == "assistant" and i + 1 < len(history)]
+    replies = [
+        history[i + 1]["content"]
+        for i, m in enumerate(history)
+        if m["role"] == "assistant" and i + 1 < len(history)
+    ]
     tools = tool_parts(session)
     assert [result_text(p) for p in tools[:-1]] == replies
     # `submit` is the last message; its observation (the diff) comes from the trajectory.

@@ -105,7 +105,9 @@ def test_spec_10_1_gate_closed_or_rule_none_places_nothing() -> None:
 
 
 def test_spec_10_2_auto_rule_tool_system_latest_user() -> None:
-    request, decisions = place_markers(sample_request(), CacheSettings(rule="auto"))
+    request, decisions = place_markers(
+        sample_request(), CacheSettings(rule="auto", non_system_last=0)
+    )
     # Latest user message: the last text part that is not environment or synthetic.
     assert marks(request) == ["tools[1]", "messages[1].parts[0]", "messages[6].parts[0]"]
     assert [d["reason"] for d in decisions] == [

@@ -82,10 +82,42 @@ def test_spec_10_1_openai_explicit_breakpoints_from_gpt_5_6(
     assert ("openai-explicit-breakpoints" in plan.overrides) is explicit
 
 
-def test_spec_10_2_cache_max_auto_rule_with_one_hour_ttl() -> None:
-    body = compile_policy("cache-max", model()).apply(_conversation(), StepInput()).request
+def test_spec_10_2_auto_rule_marks_last_tool_last_system_latest_user(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "p.yaml"
+    p.write_text(
+        "version: 1\nname: p\nextends: kilo-default\ncache:\n  rule: auto\n  ttl: 1h\n"
+        "  breakpoints: {last_tool: true, last_system: true, latest_user_message: true,"
+        " system_first: 0, non_system_last: 0}\n"
+    )
+    body = compile_policy(p, model()).apply(_conversation(), StepInput()).request
     assert body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     last_user = body["messages"][-1]["content"]
     assert last_user[0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert count_markers(body, "anthropic") == 3
+
+
+def test_auto_rule_with_rolling_tail_and_split_ttls() -> None:
+    body = compile_policy("cache-max", model()).apply(_conversation(), StepInput()).request
+    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert body["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    marks = [
+        b["cache_control"]
+        for m in body["messages"]
+        for b in m["content"]
+        if isinstance(b, dict) and "cache_control" in b
+    ]
+    assert marks == [{"type": "ephemeral"}, {"type": "ephemeral"}]  # rolling, 5 minutes
+    assert "cache_control" in str(body["messages"][-1]) and "cache_control" in str(
+        body["messages"][-2]
+    )
+    assert count_markers(body, "anthropic") == 4
+
+
+def test_one_hour_message_marks_need_a_one_hour_ttl(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from kilo_rules.check import check_paths
+
+    p = tmp_path / "p.yaml"
+    p.write_text("version: 1\nname: p\ncache:\n  ttl: 5m\n  message_ttl: 1h\n")
+    (d,) = check_paths([str(p)]).errors
+    assert d.code == "policy.contradiction" and d.location.line == 5

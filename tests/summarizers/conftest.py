@@ -72,8 +72,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode("utf-8", "replace")
         with self.server.lock:
-            self.server.received.append(Received(
-                "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            self.server.received.append(
+                Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            )
         reply = self.server.next_reply()
         if reply.delay and self.server.stop.wait(reply.delay):
             return

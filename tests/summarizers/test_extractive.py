@@ -40,8 +40,12 @@ def head(path: Path) -> tuple[ModelMessage, ...]:
     return tuple(lower(import_file(path).messages, settings))
 
 
-def run(messages: tuple[ModelMessage, ...], budget: int = 4000,
-        previous: str | None = None, template: str = TEMPLATE) -> str:
+def run(
+    messages: tuple[ModelMessage, ...],
+    budget: int = 4000,
+    previous: str | None = None,
+    template: str = TEMPLATE,
+) -> str:
     request = SummaryRequest("instruction", messages, budget, previous, template)
     return ExtractiveSummarizer().summarize(request)
 
@@ -68,9 +72,16 @@ def assert_headings(text: str, headings: list[str]) -> None:
 
 def test_headings_come_from_the_template() -> None:
     assert HEADINGS == [
-        "## Goal", "## Constraints & Preferences", "## Progress", "### Done",
-        "### In Progress", "### Blocked", "## Key Decisions", "## Next Steps",
-        "## Critical Context", "## Relevant Files",
+        "## Goal",
+        "## Constraints & Preferences",
+        "## Progress",
+        "### Done",
+        "### In Progress",
+        "### Blocked",
+        "## Key Decisions",
+        "## Next Steps",
+        "## Critical Context",
+        "## Relevant Files",
     ]
     assert [h.line for h in DEFAULT_HEADINGS] == HEADINGS
 
@@ -87,11 +98,15 @@ def test_claude_code_session() -> None:
     goal = section(text, "## Goal")
     assert goal[0].startswith("Very thorough exploration. I need to understand:")
     assert "Please provide the FULL content of each file - don't summarize." in section(
-        text, "## Constraints & Preferences")
+        text, "## Constraints & Preferences"
+    )
     files = "\n".join(section(text, "## Relevant Files"))
-    for rel in ("lib/spotter_web/live/session_live.ex", "assets/js/app.js",
-                "lib/spotter/services/transcript_renderer.ex",
-                "priv/static/assets/spotter.css"):
+    for rel in (
+        "lib/spotter_web/live/session_live.ex",
+        "assets/js/app.js",
+        "lib/spotter/services/transcript_renderer.ex",
+        "priv/static/assets/spotter.css",
+    ):
         assert f"`{root}/{rel}` — " in files, rel
     assert f"`{root}/lib/spotter_web/live/subagent_live.ex` — read\n" in files + "\n"
     context = "\n".join(section(text, "## Critical Context"))
@@ -107,8 +122,10 @@ def test_swe_agent_session() -> None:
     text = run(head(SWE))
     assert_headings(text, HEADINGS)
     context = section(text, "## Critical Context")
-    assert ("Error seen: AttributeError: Unable to convert the pixel data as the following "
-            "required elements are missing from the dataset: PixelRepresentation") in context
+    assert (
+        "Error seen: AttributeError: Unable to convert the pixel data as the following "
+        "required elements are missing from the dataset: PixelRepresentation"
+    ) in context
     assert "Error seen: - E999 SyntaxError: unmatched ']'" in context
     assert "Ran `python reproduce_bug.py`" in context
     assert "Ran `rm reproduce_bug.py`" in context
@@ -116,9 +133,11 @@ def test_swe_agent_session() -> None:
     files = "\n".join(section(text, "## Relevant Files"))
     assert "`/pydicom__pydicom/pydicom/pixel_data_handlers/numpy_handler.py`" in files
     assert "Always start by trying to replicate the bug that the issues discusses." in section(
-        text, "## Constraints & Preferences")
+        text, "## Constraints & Preferences"
+    )
     assert section(text, "## Next Steps") == [
-        "Let's proceed with the submission using the `submit` command."]
+        "Let's proceed with the submission using the `submit` command."
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in TRAJECTORIES.glob("*.j*")) or ["-"])
@@ -145,8 +164,13 @@ def test_output_is_bounded(budget: int) -> None:
 
 def test_deterministic() -> None:
     messages = head(SWE)
-    assert run(messages) == run(messages) == ExtractiveSummarizer().summarize(
-        SummaryRequest("other instruction", messages, 4000, None, TEMPLATE))
+    assert (
+        run(messages)
+        == run(messages)
+        == ExtractiveSummarizer().summarize(
+            SummaryRequest("other instruction", messages, 4000, None, TEMPLATE)
+        )
+    )
 
 
 def test_rolling_update_on_a_real_session() -> None:
@@ -178,18 +202,31 @@ def out(call_id: str, name: str, text: str, error: bool = False) -> ToolResult:
 
 SMALL = (
     user("<environment_details>cwd: /repo</environment_details>", synthetic=True),
-    user("Port the CLI to click. Always keep the exit codes stable."
-         "\n<environment_details>Current time: noon</environment_details>"),
-    said("I decided to use click groups because the old parser nests subcommands.",
-         ToolCall("1", "Read", {"file_path": "src/my app/cli ü.py"}),
-         ToolCall("2", "Bash", {"command": "pytest -q tests/test_cli.py"})),
-    results(out("1", "Read", "import argparse"),
-            out("2", "Bash", "FAILED tests/test_cli.py::test_exit - assert 2 == 0\nExit code 1",
-                error=True)),
-    said("Fixed the exit code mapping in the dispatcher.",
-         ToolCall("3", "Edit", {"file_path": "src/my app/cli ü.py", "old_string": "a",
-                                "new_string": "b"}),
-         ToolCall("4", "Write", {"file_path": "src/commands.py", "content": "x"})),
+    user(
+        "Port the CLI to click. Always keep the exit codes stable."
+        "\n<environment_details>Current time: noon</environment_details>"
+    ),
+    said(
+        "I decided to use click groups because the old parser nests subcommands.",
+        ToolCall("1", "Read", {"file_path": "src/my app/cli ü.py"}),
+        ToolCall("2", "Bash", {"command": "pytest -q tests/test_cli.py"}),
+    ),
+    results(
+        out("1", "Read", "import argparse"),
+        out(
+            "2",
+            "Bash",
+            "FAILED tests/test_cli.py::test_exit - assert 2 == 0\nExit code 1",
+            error=True,
+        ),
+    ),
+    said(
+        "Fixed the exit code mapping in the dispatcher.",
+        ToolCall(
+            "3", "Edit", {"file_path": "src/my app/cli ü.py", "old_string": "a", "new_string": "b"}
+        ),
+        ToolCall("4", "Write", {"file_path": "src/commands.py", "content": "x"}),
+    ),
     results(out("3", "Edit", "ok"), out("4", "Write", "ok")),
     said("Next I will run the full test suite, then update the changelog."),
 )
@@ -198,20 +235,21 @@ SMALL = (
 def test_sections_of_a_small_head() -> None:
     text = run(SMALL)
     assert "environment_details" not in text and "noon" not in text
-    assert section(text, "## Goal") == [
-        "Port the CLI to click. Always keep the exit codes stable."]
-    assert section(text, "## Constraints & Preferences") == [
-        "Always keep the exit codes stable."]
+    assert section(text, "## Goal") == ["Port the CLI to click. Always keep the exit codes stable."]
+    assert section(text, "## Constraints & Preferences") == ["Always keep the exit codes stable."]
     assert section(text, "## Key Decisions") == [
-        "I decided to use click groups because the old parser nests subcommands."]
+        "I decided to use click groups because the old parser nests subcommands."
+    ]
     done = section(text, "### Done")
     assert "Edited `src/my app/cli ü.py`" in done and "Created `src/commands.py`" in done
     assert "Fixed the exit code mapping in the dispatcher." in done
     assert section(text, "### Blocked") == [
         "`Bash` on `pytest -q tests/test_cli.py`: "
-        "FAILED tests/test_cli.py::test_exit - assert 2 == 0"]
+        "FAILED tests/test_cli.py::test_exit - assert 2 == 0"
+    ]
     assert section(text, "## Next Steps") == [
-        "Next I will run the full test suite, then update the changelog."]
+        "Next I will run the full test suite, then update the changelog."
+    ]
     assert section(text, "## Critical Context") == [
         "Error seen: FAILED tests/test_cli.py::test_exit - assert 2 == 0",
         "Error seen: Exit code 1",
@@ -229,9 +267,12 @@ def test_rolling_update_merges_and_replaces_state() -> None:
     first = run(SMALL)
     later = (
         user("Also never print colours when stdout is not a TTY."),
-        said("Switched to click.echo instead of print because it handles encodings.",
-             ToolCall("9", "Edit", {"file_path": "src/commands.py", "old_string": "a",
-                                    "new_string": "b"})),
+        said(
+            "Switched to click.echo instead of print because it handles encodings.",
+            ToolCall(
+                "9", "Edit", {"file_path": "src/commands.py", "old_string": "a", "new_string": "b"}
+            ),
+        ),
         results(out("9", "Edit", "ok")),
         said("Next I will update the changelog."),
     )
@@ -253,8 +294,13 @@ def test_rolling_update_merges_and_replaces_state() -> None:
     ]
     # Updating again with nothing new changes nothing but the state sections.
     third = run((), previous=second)
-    for h in ("## Goal", "## Constraints & Preferences", "## Key Decisions",
-              "## Relevant Files", "## Next Steps"):
+    for h in (
+        "## Goal",
+        "## Constraints & Preferences",
+        "## Key Decisions",
+        "## Relevant Files",
+        "## Next Steps",
+    ):
         assert section(third, h) == section(second, h), h
 
 
@@ -293,16 +339,18 @@ _INPUT = st.dictionaries(
     st.one_of(_TEXT, st.integers(), st.none(), st.lists(_TEXT, max_size=3)),
     max_size=4,
 )
-_NAME = st.one_of(st.sampled_from(["bash", "Read", "Edit", "Write", "Glob", "str_replace_editor"]),
-                  _TEXT)
+_NAME = st.one_of(
+    st.sampled_from(["bash", "Read", "Edit", "Write", "Glob", "str_replace_editor"]), _TEXT
+)
 _CALL_ID = st.sampled_from(["a", "b", "c"])
 _PART: st.SearchStrategy[Part] = st.one_of(
     st.builds(Text, _TEXT, synthetic=st.booleans()),
     st.builds(Reasoning, _TEXT),
     st.builds(Media, st.just("image/png"), data=st.just("AAAA")),
     st.builds(ToolCall, _CALL_ID, _NAME, _INPUT),
-    st.builds(ToolResult, _CALL_ID, _NAME, st.tuples(st.builds(Text, _TEXT)),
-              is_error=st.booleans()),
+    st.builds(
+        ToolResult, _CALL_ID, _NAME, st.tuples(st.builds(Text, _TEXT)), is_error=st.booleans()
+    ),
 )
 _MESSAGE = st.builds(
     ModelMessage,

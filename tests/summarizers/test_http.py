@@ -16,15 +16,18 @@ from .conftest import Reply, ScriptedServer
 KEY = "sk-test-secret-0123456789"
 HEAD = (
     ModelMessage("user", (Text("Fix the failing test in src/app.py"),)),
-    ModelMessage("assistant", (
-        Text("Running the tests."),
-        ToolCall("c1", "bash", {"command": "pytest -x"}),
-    )),
+    ModelMessage(
+        "assistant",
+        (
+            Text("Running the tests."),
+            ToolCall("c1", "bash", {"command": "pytest -x"}),
+        ),
+    ),
     ModelMessage("tool", (ToolResult("c1", "bash", (Text("FAILED tests/test_app.py::t"),)),)),
 )
 TRANSCRIPT = (
     "[user]\nFix the failing test in src/app.py\n\n"
-    "[assistant]\nRunning the tests.\nbash({\"command\": \"pytest -x\"})\n\n"
+    '[assistant]\nRunning the tests.\nbash({"command": "pytest -x"})\n\n'
     "[tool]\nbash result:\nFAILED tests/test_app.py::t"
 )
 REQUEST = SummaryRequest("Create a new anchored summary.\n\n## Goal", HEAD, 512)
@@ -82,8 +85,7 @@ def test_openai_request_is_exact(server: ScriptedServer) -> None:
 
 def test_anthropic_request_is_exact(server: ScriptedServer) -> None:
     server.script(ok("anthropic"))
-    summarizer = make(server, "anthropic", Sleeps(), system="You write notes.",
-                      temperature=0.0)
+    summarizer = make(server, "anthropic", Sleeps(), system="You write notes.", temperature=0.0)
     assert summarizer.summarize(REQUEST) == "## Goal\n- fix it"
     [got] = server.received
     assert got.path == "/v1/messages"
@@ -105,8 +107,12 @@ def test_anthropic_request_is_exact(server: ScriptedServer) -> None:
 def test_openai_options_and_v1_base_url(server: ScriptedServer) -> None:
     server.script(ok("openai"))
     summarizer = HttpSummarizer(
-        server.base_url + "/v1/", "m", max_tokens_field="max_completion_tokens",
-        system="sys", headers={"x-extra": "1"})
+        server.base_url + "/v1/",
+        "m",
+        max_tokens_field="max_completion_tokens",
+        system="sys",
+        headers={"x-extra": "1"},
+    )
     summarizer.summarize(SummaryRequest("go", (), 100))
     [got] = server.received
     assert got.path == "/v1/chat/completions"
@@ -178,10 +184,16 @@ def test_timeout_then_success(server: ScriptedServer) -> None:
 @pytest.mark.parametrize(
     ("kind", "message", "code"),
     [
-        ("openai", "This model's maximum context length is 8192 tokens.",
-         "context_length_exceeded"),
-        ("anthropic", "prompt is too long: 250000 tokens > 200000 maximum",
-         "invalid_request_error"),
+        (
+            "openai",
+            "This model's maximum context length is 8192 tokens.",
+            "context_length_exceeded",
+        ),
+        (
+            "anthropic",
+            "prompt is too long: 250000 tokens > 200000 maximum",
+            "invalid_request_error",
+        ),
     ],
 )
 def test_context_length_400_is_overflow(
@@ -204,8 +216,9 @@ def test_plain_400_is_not_overflow(server: ScriptedServer) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_401_is_not_retried_and_key_is_not_echoed(server: ScriptedServer, kind: Kind) -> None:
-    server.script(Reply(401, error_body(kind, f"Incorrect API key provided: {KEY}",
-                                        "authentication_error")))
+    server.script(
+        Reply(401, error_body(kind, f"Incorrect API key provided: {KEY}", "authentication_error"))
+    )
     sleeps = Sleeps()
     summarizer = make(server, kind, sleeps)
     with pytest.raises(SummarizerError) as info:
@@ -270,8 +283,7 @@ def test_injected_client_and_transport() -> None:
         return httpx.Response(200, json={"content": [{"type": "text", "text": "ok"}]})
 
     transport = httpx.MockTransport(handler)
-    by_transport = HttpSummarizer("https://api.example", "m", kind="anthropic",
-                                  transport=transport)
+    by_transport = HttpSummarizer("https://api.example", "m", kind="anthropic", transport=transport)
     assert by_transport.summarize(REQUEST) == "ok"
     with httpx.Client(transport=transport) as client:
         by_client = HttpSummarizer("https://api.example", "m", kind="anthropic", client=client)
