@@ -99,7 +99,10 @@ def _parts(msg: ModelMessage) -> list[dict[str, Any]]:
                 parts.append(thought)
         elif isinstance(part, ToolCall):
             call = {"id": part.call_id, "name": part.name, "args": part.input}
-            parts.append({"functionCall": call})
+            signed: dict[str, Any] = {"functionCall": call}
+            if part.signature is not None:
+                signed["thoughtSignature"] = part.signature
+            parts.append(signed)
         else:
             parts.append({"functionResponse": _response(part)})
             # Media cannot sit inside a functionResponse on every Gemini model; they

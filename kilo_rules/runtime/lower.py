@@ -115,7 +115,13 @@ def _cut(text: str, limit: int | None) -> str:
 def _tool(
     part: ToolPart, settings: LowerSettings, strip: bool
 ) -> tuple[ToolCall, ToolResult, list[Media]]:
-    call = ToolCall(call_id=part.call_id, name=part.tool, input=dict(part.input))
+    signature = part.metadata.get("thought_signature")
+    call = ToolCall(
+        call_id=part.call_id,
+        name=part.tool,
+        input=dict(part.input),
+        signature=signature if isinstance(signature, str) else None,
+    )
     moved: list[Media] = []
     if part.status == "completed":
         if part.time.compacted is not None:

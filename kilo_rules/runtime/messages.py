@@ -64,6 +64,8 @@ class ToolCall:
     input: dict[str, Any]
     cache: CacheMark | None = None
     kind: Literal["tool-call"] = "tool-call"
+    # Gemini signs function calls made while thinking; the signature must come back.
+    signature: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,3 +198,31 @@ def test_client_cache_marks_are_kept_and_counted() -> None:
     first = result.request["messages"][0]["content"][0]
     assert first["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert count_markers(result.request, "anthropic") == 4  # 1 client + system + last 2
+
+
+def test_gemini_function_call_signatures_are_sent_back() -> None:
+    from kilo_rules.session import ToolPart
+
+    signed = ToolPart(
+        id="t1",
+        call_id="c1",
+        tool="read",
+        input={},
+        output="x",
+        metadata={"thought_signature": "c2lnbmVk"},
+    )
+    m = model(
+        id="g/m", provider="google", api="gemini", api_id="gemini-3-pro-preview", family="gemini"
+    )
+    body = (
+        compile_policy("kilo-default", m)
+        .apply(session(user("u", "go"), assistant("a", signed)), StepInput())
+        .request
+    )
+    from ..providers.wire_checks import check
+
+    check(body, "gemini")  # the documented request shape takes a signed call
+    calls = [p for c in body["contents"] for p in c["parts"] if "functionCall" in p]
+    assert calls == [
+        {"functionCall": {"id": "c1", "name": "read", "args": {}}, "thoughtSignature": "c2lnbmVk"}
+    ]
