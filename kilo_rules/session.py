@@ -26,7 +26,8 @@ class _Model(BaseModel):
 
 class TextPart(_Model):
     """Plain text. ``synthetic`` marks text the runtime injected (environment blocks,
-    reminders); ``ignored`` text is kept in the record but never sent to the model."""
+    reminders); ``ignored`` text is kept in the record but never sent to the model.
+    ``metadata.cache_control`` asks for a cache breakpoint on this text."""
 
     type: Literal["text"] = Field("text", description="Part kind.")
     id: str = Field(description="Part id, unique within the session.")
@@ -74,7 +75,9 @@ class ToolTime(_Model):
 
 
 class ToolPart(_Model):
-    """A tool call and, once it ran, its result."""
+    """A tool call and, once it ran, its result. Recognised metadata: ``cache_control``
+    (a client cache breakpoint on the result) and ``thought_signature`` (Gemini's
+    signature of a call made while thinking, sent back with the call)."""
 
     type: Literal["tool"] = Field("tool", description="Part kind.")
     id: str = Field(description="Part id, unique within the session.")
