@@ -118,16 +118,27 @@ def _model(ref: str) -> ModelInfo:
     return bundled_catalog().get(ref)
 
 
+def _policy(ref: str | None) -> str:
+    """The ``--policy`` given, else ``KILO_RULES_POLICY``, else kilo-default."""
+    from .settings import Settings
+
+    return ref or Settings().policy
+
+
 def _config(pairs: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    """``config.*`` values: the environment (``KILO_RULES_*``), then ``--config`` pairs."""
+    from .settings import Settings
+
+    out: dict[str, Any] = Settings().config()
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep:
             raise ValueError(f"--config expects key=value, got {pair!r}")
+        name = key if key.startswith("config.") else f"config.{key}"
         try:
-            out[key] = json.loads(raw)
+            out[name] = json.loads(raw)
         except json.JSONDecodeError:
-            out[key] = raw
+            out[name] = raw
     return out
 
 
@@ -148,7 +159,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Print the compiled plan of a policy for one model."""
     from .compile import compile_policy
 
-    plan = compile_policy(args.policy, _model(args.model), config=_config(args.config))
+    plan = compile_policy(_policy(args.policy), _model(args.model), config=_config(args.config))
     if args.json:
         print(json.dumps(plan.to_json(), indent=2, ensure_ascii=False))
     else:
@@ -173,7 +184,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from .compile import compile_policy
     from .explain import explain_turn
 
-    plan = compile_policy(args.policy, _model(args.model), config=_config(args.config))
+    plan = compile_policy(_policy(args.policy), _model(args.model), config=_config(args.config))
     result = plan.apply(_session(args.session, args.run), _step(args))
     if args.explain and args.json:
         print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
@@ -255,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("plan", help="print the compiled plan of a policy for one model")
-    p.add_argument("--policy", default="kilo-default", help="bundled name or path")
+    p.add_argument("--policy", default=None, help="bundled name or path (KILO_RULES_POLICY)")
     p.add_argument("--model", required=True, help="catalog id or a model file")
     p.add_argument(
         "--config",
@@ -268,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("build", help="build the request for the next step of a session")
-    p.add_argument("--policy", default="kilo-default", help="bundled name or path")
+    p.add_argument("--policy", default=None, help="bundled name or path (KILO_RULES_POLICY)")
     p.add_argument("--model", required=True, help="catalog id or a model file")
     p.add_argument("--session", required=True, help="Session v1 JSON or a recorded log")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")

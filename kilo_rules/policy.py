@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class ExprOf:
     """Marks a field whose string value is an expression producing ``type``."""
 
-    type: Literal["int", "number", "bool", "str"]
+    type: Literal["int", "number", "number?", "bool", "str"]
 
 
 def _expr_schema(kind: str) -> dict[str, Any]:
@@ -35,6 +35,11 @@ NumberExpr = Annotated[
     float | int | str,
     ExprOf("number"),
     Field(json_schema_extra=_expr_schema("number")),
+]
+NullableNumberExpr = Annotated[
+    float | int | str,
+    ExprOf("number?"),
+    Field(json_schema_extra=_expr_schema("number?")),
 ]
 BoolExpr = Annotated[
     bool | str,
@@ -153,7 +158,7 @@ class Overflow(_Section):
     comparison: Literal[">=", ">"] | None = Field(
         None, description="count >= limit (Kilo) or count > limit (old opencode)."
     )
-    threshold_percent: NumberExpr | None = Field(
+    threshold_percent: NullableNumberExpr | None = Field(
         None,
         description="Compact at this percentage of the window (Kilo-only; null = at usable).",
     )

@@ -35,7 +35,13 @@ from .load import JsonPath
 from .resolve import ResolvedPolicy
 from .validate import expression_fields
 
-KIND_TYPES: dict[str, Type] = {"int": INT, "number": NUMBER, "bool": BOOL, "str": STR}
+KIND_TYPES: dict[str, Type] = {
+    "int": INT,
+    "number": NUMBER,
+    "number?": nullable(NUMBER),
+    "bool": BOOL,
+    "str": STR,
+}
 
 #: Sections whose scalar fields become readable names (``budget.usable``).
 VALUE_SECTIONS = (

@@ -111,3 +111,37 @@ def test_models_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(capsys.readouterr().out)["$id"].endswith("session.v1.json")
     assert main(["schema", "--check"]) == 0
     assert main(["schema", "nope"]) == 2
+
+
+def test_environment_settings_become_config(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KILO_RULES_OUTPUT_TOKEN_MAX", "8000")
+    monkeypatch.setenv("KILO_DISABLE_AUTOCOMPACT", "1")
+    monkeypatch.setenv("KILO_RULES_THRESHOLD_PERCENT", "75")
+    monkeypatch.setenv("KILO_RULES_POLICY", "local-small")
+    assert main(["plan", "--model", "openai/gpt-5", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["policy"] == "local-small"
+    assert data["config"]["config.output_token_max"] == 8000
+    assert data["config"]["config.compaction.auto"] is False
+    # --config wins over the environment
+    assert (
+        main(["plan", "--model", "openai/gpt-5", "--json", "--config", "output_token_max=4000"])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["values"]["output.configured"]["value"] == 4000
+
+
+def test_kilo_config_keys_reach_kilo_default() -> None:
+    from kilo_rules.compile import compile_policy
+
+    plan = compile_policy(
+        "kilo-default",
+        "anthropic/claude-sonnet-4-5",
+        config={"compaction.reserved": 10_000, "compaction.threshold_percent": 75},
+    )
+    assert plan.value("budget.reserved") == 10_000  # compaction.reserved ?? min(20000, max)
+    assert plan.value("overflow.threshold_percent") == 75
+    assert plan.value("overflow.limit") == min(plan.value("budget.usable"), 150_000)
+    assert plan.value("overflow.preflight.enabled") is True

@@ -364,7 +364,8 @@ def prune_settings(plan: Plan) -> PruneSettings:
 
     d = PruneSettings()
     return PruneSettings(
-        enabled=bool(plan.setting("prune.enabled", d.enabled)),
+        enabled=bool(plan.setting("prune.enabled", d.enabled))
+        and plan.config.get("config.compaction.prune") is not False,
         normal=bool(plan.setting("prune.reasons.normal", d.normal)),
         post_compaction=bool(plan.setting("prune.reasons.post_compaction", d.post_compaction)),
         payload_limit=bool(plan.setting("prune.reasons.payload_limit", d.payload_limit)),

@@ -34,7 +34,8 @@ def prune_settings(r: StepRun, ctx: dict[str, Any]) -> PruneSettings:
         return default if v is None else int(v)
 
     return PruneSettings(
-        enabled=bool(r.setting("prune.enabled", True)),
+        enabled=bool(r.setting("prune.enabled", True))
+        and r.plan.config.get("config.compaction.prune") is not False,
         normal=bool(r.setting("prune.reasons.normal", False)),
         post_compaction=bool(r.setting("prune.reasons.post_compaction", True)),
         payload_limit=bool(r.setting("prune.reasons.payload_limit", True)),
@@ -66,6 +67,8 @@ def overflow(
 ) -> str | None:
     plan = r.plan
     if not r.setting("overflow.auto", True) or not r.setting("compaction.auto", True):
+        return None
+    if plan.config.get("config.compaction.auto") is False:  # KILO_DISABLE_AUTOCOMPACT
         return None
     if plan.model.limits.context == 0:
         return None
