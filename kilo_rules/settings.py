@@ -1,7 +1,8 @@
 """Environment settings (pydantic-settings): what an operator can set without a policy.
 
-They become the ``config.*`` names policies read, for the CLI and the runtime facade;
-the library functions themselves never read the environment, so they stay pure.
+They become the ``config.*`` names policies read. The CLI reads them; a program passes
+them on with ``compile_policy(policy, model, config=Settings().config())``. The library
+functions never read the environment themselves, so they stay pure.
 
 | variable | config name | meaning |
 |---|---|---|
