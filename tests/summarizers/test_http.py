@@ -166,10 +166,10 @@ def test_429_exhausted_is_a_retryable_error(server: ScriptedServer, kind: Kind) 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_timeout_is_retried_then_fails(server: ScriptedServer, kind: Kind) -> None:
-    server.script(Reply(200, ok(kind).body, delay=2.0))
+    server.script(Reply(200, ok(kind).body, delay=3.0))
     sleeps = Sleeps()
     with pytest.raises(SummarizerError) as info:
-        make(server, kind, sleeps, attempts=2, read_timeout=0.2).summarize(REQUEST)
+        make(server, kind, sleeps, attempts=2, read_timeout=1.0).summarize(REQUEST)
     assert len(server.received) == 2
     assert len(sleeps) == 1
     assert info.value.retryable
@@ -177,8 +177,8 @@ def test_timeout_is_retried_then_fails(server: ScriptedServer, kind: Kind) -> No
 
 
 def test_timeout_then_success(server: ScriptedServer) -> None:
-    server.script(Reply(200, ok("openai").body, delay=2.0), ok("openai", "done"))
-    assert make(server, "openai", Sleeps(), read_timeout=0.2).summarize(REQUEST) == "done"
+    server.script(Reply(200, ok("openai").body, delay=3.0), ok("openai", "done"))
+    assert make(server, "openai", Sleeps(), read_timeout=1.0).summarize(REQUEST) == "done"
 
 
 @pytest.mark.parametrize(
