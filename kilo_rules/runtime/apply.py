@@ -25,7 +25,7 @@ from .measure import count_json_list, measure
 from .messages import ModelMessage, ModelRequest, Text, ToolSpec
 from .output import CapSettings, cap_output
 from .prune import apply_marks, prune
-from .system import build_system, instruction_settings
+from .system import build_system, step_instructions
 from .trace import Decision, StepRun, count_fields, last_finished, usage_count
 
 __all__ = ["Decision", "TurnResult", "apply_plan", "last_finished", "usage_count"]
@@ -94,13 +94,11 @@ def _build_messages(
     )
     view, muts, ds = inject(view, r.step, inject_settings)
     lowered = lower(view, _lower_settings(r, has_summary), r.lower_cache)
-    ins = instruction_settings(r)
+    ins, files = step_instructions(r)
     if ins.on_demand and ins.project_files:
         from .ondemand import attach
-        from .system import instruction_files
 
-        loaded = set(instruction_files(ins, r.step.workspace))
-        lowered, found = attach(lowered, ins.project_files, loaded, r.step.workspace)
+        lowered, found = attach(lowered, ins.project_files, set(files), r.step.workspace)
         ds = [*ds, *found]
     return lowered, view, has_summary, muts, ds
 

@@ -108,13 +108,16 @@ def fetch_url(url: str, timeout: float, max_bytes: int) -> str:
 
 
 def instructions_text(
-    settings: InstructionSettings, step: StepInput
+    settings: InstructionSettings, step: StepInput, files: Sequence[Path] | None = None
 ) -> tuple[str, list[str], list[dict[str, Any]]]:
-    """(layer text, loaded paths, decisions) of the instruction layer."""
+    """(layer text, loaded paths, decisions) of the instruction layer; ``files`` are the
+    local instruction files when the caller has already looked them up."""
     parts: list[str] = []
     loaded: list[str] = []
     decisions: list[dict[str, Any]] = []
-    for path in instruction_files(settings, step.workspace):
+    if files is None:
+        files = instruction_files(settings, step.workspace)
+    for path in files:
         try:
             parts.append(f"Instructions from: {path}\n{path.read_text(encoding='utf-8')}")
             loaded.append(str(path))
@@ -176,6 +179,7 @@ def layer_texts(
     env_fields: Sequence[str],
     instructions: InstructionSettings,
     user_system: str | None,
+    files: Sequence[Path] | None = None,
 ) -> Iterator[tuple[LayerPlan, str, list[dict[str, Any]]]]:
     """(layer, text, decisions) for every layer whose condition holds."""
     for layer in layers:
@@ -189,7 +193,7 @@ def layer_texts(
         elif layer.source == "environment":
             text = static_environment(env_fields, step.workspace)
         elif layer.source == "instructions":
-            text, _, decisions = instructions_text(instructions, step)
+            text, _, decisions = instructions_text(instructions, step, files)
         elif layer.source == "skills":
             text = skills_text(step)
         elif layer.source == "user":
@@ -229,9 +233,20 @@ def instruction_settings(r: StepRun) -> InstructionSettings:
     )
 
 
+def step_instructions(r: StepRun) -> tuple[InstructionSettings, list[Path]]:
+    """The instruction settings and local instruction files of this step, looked up on
+    the filesystem once (lowering and system assembly both need them)."""
+    hit: tuple[InstructionSettings, list[Path]] | None = r.cached.get("instructions")
+    if hit is None:
+        settings = instruction_settings(r)
+        hit = (settings, instruction_files(settings, r.step.workspace))
+        r.cached["instructions"] = hit
+    return hit
+
+
 def build_system(r: StepRun, view: Sequence[Message], ctx: dict[str, Any]) -> list[str]:
     plan = r.plan
-    settings = instruction_settings(r)
+    settings, files = step_instructions(r)
     last_user = next((m for m in reversed(view) if m.role == "user"), None)
     texts: list[tuple[str, str]] = []
     replaced: set[str] = set()
@@ -243,6 +258,7 @@ def build_system(r: StepRun, view: Sequence[Message], ctx: dict[str, Any]) -> li
             env_fields=tuple(r.setting("environment.static", [])),
             instructions=settings,
             user_system=last_user.system if last_user else None,
+            files=files,
         )
     )
     for layer, text, _ in produced:

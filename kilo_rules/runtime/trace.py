@@ -73,6 +73,8 @@ class StepRun:
         self.session = session
         self.step = step
         self.decisions: list[Decision] = []
+        #: Lookups shared by several stages of this step (e.g. instruction files).
+        self.cached: dict[str, Any] = {}
         self.mutations: list[dict[str, Any]] = []
         from ..tokens import CountCache, EstimateCounter, counter_for
 
