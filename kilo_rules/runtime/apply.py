@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..session import Message, Session
 from .context import StepInput
-from .guards import json_list_bytes, overflow, prune_settings, saving
+from .guards import json_list_bytes, overflow, saving
 from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import LowerSettings, lower
 from .measure import count_json_list, measure
 from .messages import ModelMessage, ModelRequest, Text, ToolSpec
 from .output import CapSettings, cap_output
-from .prune import apply_marks, prune
+from .prune import apply_marks, prune, prune_settings
 from .system import build_system, step_instructions
 from .trace import Decision, StepRun, count_fields, last_finished, usage_count
 
@@ -144,7 +144,8 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
             )
         if action == "prune-once":
             early = plan.context(_dynamic_names(r, view, lowered, pieces, size))
-            result = prune(messages, prune_settings(r, early), r.counter.count, "payload-limit")
+            settings = prune_settings(plan, early)
+            result = prune(messages, settings, r.counter.count, "payload-limit")
             saved = saving(messages, set(result.parts), r)
             if not result.applied or saved <= 0:
                 r.decide(

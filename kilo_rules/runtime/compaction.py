@@ -28,7 +28,7 @@ from .history import Turn, compaction_part, completed_compactions, project, turn
 from .inject import is_env_part
 from .lower import LowerSettings, is_media, lower
 from .measure import messages_json
-from .prune import PruneSettings, prune
+from .prune import prune, prune_settings
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -349,28 +349,4 @@ def _summary_message(ids: _Ids, parent: str, body: str, pins: list[dict[str, str
         parent_id=parent,
         agent="compaction",
         metadata={"kilo_rules": KIND_SUMMARY},
-    )
-
-
-def prune_settings(plan: Plan) -> PruneSettings:
-    """``prune.*`` of the plan (constants; a per-step expression falls back to Kilo's)."""
-
-    def num(name: str, default: int) -> int:
-        try:
-            v = plan.value(name)
-        except Exception:  # dynamic values need a step; the engine default is Kilo's
-            return default
-        return default if v is None else int(v)
-
-    d = PruneSettings()
-    return PruneSettings(
-        enabled=bool(plan.setting("prune.enabled", d.enabled))
-        and plan.config.get("config.compaction.prune") is not False,
-        normal=bool(plan.setting("prune.reasons.normal", d.normal)),
-        post_compaction=bool(plan.setting("prune.reasons.post_compaction", d.post_compaction)),
-        payload_limit=bool(plan.setting("prune.reasons.payload_limit", d.payload_limit)),
-        protect_turns=int(plan.setting("prune.protect_turns", d.protect_turns)),
-        protect_tokens=num("prune.protect_tokens", d.protect_tokens),
-        minimum_tokens=num("prune.minimum_tokens", d.minimum_tokens),
-        protected_tools=tuple(plan.setting("prune.protected_tools", d.protected_tools)),
     )

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ContextOverflowError, Diagnostic, Location
 from ..session import Session
 from .apply import Decision, TurnResult
-from .compaction import compact, prune_settings
+from .compaction import compact
 from .context import StepInput
 from .history import compaction_part
 from .mutations import apply_mutations
-from .prune import prune
+from .prune import prune, prune_settings
 
 if TYPE_CHECKING:
     from ..plan import Plan

@@ -15,7 +15,6 @@ from typing import Any
 from ..session import Message
 from .measure import measure
 from .messages import ModelMessage, ToolSpec
-from .prune import PruneSettings
 from .trace import StepRun, count_fields, last_finished, usage_count
 
 
@@ -26,24 +25,6 @@ def json_list_bytes(pieces: Sequence[str]) -> int:
     for p in pieces:
         total += len(p) if p.isascii() else len(p.encode("utf-8", "surrogatepass"))
     return total
-
-
-def prune_settings(r: StepRun, ctx: dict[str, Any]) -> PruneSettings:
-    def num(name: str, default: int) -> int:
-        v = ctx.get(name)
-        return default if v is None else int(v)
-
-    return PruneSettings(
-        enabled=bool(r.setting("prune.enabled", True))
-        and r.plan.config.get("config.compaction.prune") is not False,
-        normal=bool(r.setting("prune.reasons.normal", False)),
-        post_compaction=bool(r.setting("prune.reasons.post_compaction", True)),
-        payload_limit=bool(r.setting("prune.reasons.payload_limit", True)),
-        protect_turns=int(r.setting("prune.protect_turns", 2)),
-        protect_tokens=num("prune.protect_tokens", 40_000),
-        minimum_tokens=num("prune.minimum_tokens", 20_000),
-        protected_tools=tuple(r.setting("prune.protected_tools", ["skill"])),
-    )
 
 
 def saving(messages: Sequence[Message], parts: set[str], r: StepRun) -> int:

@@ -6,11 +6,14 @@ output stays in the session and can be restored, and the model sees a placeholde
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..session import Message, ToolPart
+
+if TYPE_CHECKING:
+    from ..plan import Plan
 
 Reason = Literal["normal", "post-compaction", "payload-limit"]
 
@@ -62,6 +65,35 @@ class PruneResult:
             {"op": "mark_compacted", "part_id": pid, "time": now, "reason": self.reason}
             for pid in self.parts
         ]
+
+
+def prune_settings(plan: Plan, context: Mapping[str, Any] | None = None) -> PruneSettings:
+    """``prune.*`` of the plan. Values decided per step come from ``context`` (a step's
+    evaluation context); without one they fall back to Kilo's constants. A configured
+    ``config.compaction.prune: false`` (``KILO_DISABLE_PRUNE``) switches pruning off."""
+    d = PruneSettings()
+
+    def setting(name: str, default: Any) -> Any:
+        value = plan.setting(name)
+        return default if value is None else value
+
+    def num(name: str, default: int) -> int:
+        if context is not None and context.get(name) is not None:
+            return int(context[name])
+        v = plan.values.get(name)
+        return default if v is None or v.dynamic or v.value is None else int(v.value)
+
+    return PruneSettings(
+        enabled=bool(setting("prune.enabled", d.enabled))
+        and plan.config.get("config.compaction.prune") is not False,
+        normal=bool(setting("prune.reasons.normal", d.normal)),
+        post_compaction=bool(setting("prune.reasons.post_compaction", d.post_compaction)),
+        payload_limit=bool(setting("prune.reasons.payload_limit", d.payload_limit)),
+        protect_turns=int(setting("prune.protect_turns", d.protect_turns)),
+        protect_tokens=num("prune.protect_tokens", d.protect_tokens),
+        minimum_tokens=num("prune.minimum_tokens", d.minimum_tokens),
+        protected_tools=tuple(setting("prune.protected_tools", d.protected_tools)),
+    )
 
 
 def prune(

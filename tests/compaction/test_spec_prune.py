@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kilo_rules.runtime.compaction import prune_settings
-from kilo_rules.runtime.prune import prune
+from kilo_rules.runtime.prune import prune, prune_settings
 from kilo_rules.session import Message, ToolPart, ToolTime
 from kilo_rules.tokens import estimate
 
