@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .runtime.cache import CacheSettings
     from .runtime.context import StepInput
     from .runtime.messages import ModelRequest
-    from .runtime.output import CapDecision
+    from .runtime.output import CapDecision, CapSettings
     from .session import Session
     from .truncate import TruncateResult
 
@@ -192,7 +192,7 @@ class Plan:
         self, *, normalized: int, media: int = 0, reported: int | None = None
     ) -> CapDecision:
         """The output cap for a request measured at ``normalized`` tokens (spec §5)."""
-        from .runtime.output import CapSettings, cap_output
+        from .runtime.output import cap_output
 
         configured = self.value("output.configured") if self.setting("output.send", True) else None
         return cap_output(
@@ -201,12 +201,19 @@ class Plan:
             normalized=normalized,
             media=media,
             reported=reported,
-            settings=CapSettings(
-                enabled=bool(self.setting("output.cap.enabled", True)),
-                safety=int(self.setting("output.cap.safety", 2048)),
-                minimum=int(self.setting("output.cap.minimum", 1024)),
-                media_reserve=int(self.setting("output.cap.media_reserve", 2048)),
-            ),
+            settings=self.cap_settings(),
+        )
+
+    def cap_settings(self) -> CapSettings:
+        """``output.cap.*``: the capOutputTokens constants (Kilo's when unset)."""
+        from .runtime.output import CapSettings
+
+        d = CapSettings()
+        return CapSettings(
+            enabled=bool(self.setting("output.cap.enabled", d.enabled)),
+            safety=int(self.setting("output.cap.safety", d.safety)),
+            minimum=int(self.setting("output.cap.minimum", d.minimum)),
+            media_reserve=int(self.setting("output.cap.media_reserve", d.media_reserve)),
         )
 
     def truncate_tool_output(

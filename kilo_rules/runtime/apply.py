@@ -23,7 +23,7 @@ from .inject import InjectSettings, inject
 from .lower import LowerSettings, lower
 from .measure import count_json_list, measure
 from .messages import ModelMessage, ModelRequest, Text, ToolSpec
-from .output import CapSettings, cap_output
+from .output import cap_output
 from .prune import apply_marks, prune, prune_settings
 from .system import build_system, step_instructions
 from .trace import Decision, StepRun, count_fields, last_finished, usage_count
@@ -219,12 +219,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
         normalized=m.normalized,
         media=m.media,
         reported=reported or None,
-        settings=CapSettings(
-            enabled=bool(r.setting("output.cap.enabled", True)),
-            safety=int(r.setting("output.cap.safety", 2048)),
-            minimum=int(r.setting("output.cap.minimum", 1024)),
-            media_reserve=int(r.setting("output.cap.media_reserve", 2048)),
-        ),
+        settings=plan.cap_settings(),
     )
     r.decide(
         "output",
