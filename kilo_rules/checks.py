@@ -12,8 +12,8 @@ from typing import Any
 
 from .catalog import PROVIDERS
 from .errors import Diagnostic, did_you_mean
-from .load import JsonPath
-from .resolve import ResolvedPolicy
+from .load import JsonPath, lookup
+from .resolve import ResolvedPolicy, policy_bodies
 
 Check = Callable[[ResolvedPolicy], Iterator[Diagnostic]]
 CHECKS: dict[str, Check] = {}
@@ -29,25 +29,6 @@ def check(name: str) -> Callable[[Check], Check]:
     return register
 
 
-def _get(data: Any, path: JsonPath) -> Any:
-    for p in path:
-        if isinstance(data, dict):
-            data = data.get(p)
-        elif isinstance(data, list) and isinstance(p, int) and p < len(data):
-            data = data[p]
-        else:
-            return None
-    return data
-
-
-def _bodies(policy: ResolvedPolicy) -> Iterator[tuple[JsonPath, dict[str, Any]]]:
-    """The policy body and every override's ``set``, with their paths."""
-    yield (), policy.data
-    for i, ov in enumerate(policy.data.get("overrides") or []):
-        if isinstance(ov, dict) and isinstance(ov.get("set"), dict):
-            yield ("overrides", i, "set"), ov["set"]
-
-
 FILE_FIELDS: tuple[JsonPath, ...] = (
     ("prompts", "soul"),
     ("prompts", "default"),
@@ -57,15 +38,15 @@ FILE_FIELDS: tuple[JsonPath, ...] = (
 
 def referenced_files(policy: ResolvedPolicy) -> Iterator[tuple[JsonPath, str]]:
     """(path, value) of every field naming a prompt file."""
-    for base, body in _bodies(policy):
+    for base, body in policy_bodies(policy.data):
         for f in FILE_FIELDS:
-            v = _get(body, f)
+            v = lookup(body, f)
             if isinstance(v, str):
                 yield (*base, *f), v
-        for i, rule in enumerate(_get(body, ("prompts", "rules")) or []):
+        for i, rule in enumerate(lookup(body, ("prompts", "rules")) or []):
             if isinstance(rule, dict) and isinstance(rule.get("prompt"), str):
                 yield (*base, "prompts", "rules", i, "prompt"), rule["prompt"]
-        for i, layer in enumerate(_get(body, ("system", "layers")) or []):
+        for i, layer in enumerate(lookup(body, ("system", "layers")) or []):
             if isinstance(layer, dict) and isinstance(layer.get("path"), str):
                 yield (*base, "system", "layers", i, "path"), layer["path"]
 
@@ -98,8 +79,8 @@ def _missing_files(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
 
 @check("layers")
 def _layers(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
-    for base, body in _bodies(policy):
-        layers = _get(body, ("system", "layers")) or []
+    for base, body in policy_bodies(policy.data):
+        layers = lookup(body, ("system", "layers")) or []
         ids: dict[str, int] = {}
         for i, layer in enumerate(layers):
             lp = (*base, "system", "layers", i)
@@ -138,8 +119,8 @@ def _layers(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
 
 @check("providers")
 def _providers(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
-    for base, body in _bodies(policy):
-        table = _get(body, ("lowering", "media_in_tool_results")) or {}
+    for base, body in policy_bodies(policy.data):
+        table = lookup(body, ("lowering", "media_in_tool_results")) or {}
         for name in table:
             if name not in PROVIDERS:
                 guess = did_you_mean(name, PROVIDERS)
@@ -160,8 +141,8 @@ def _contradictions(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
     from .catalog import bundled_catalog
 
     largest = max((m.limits.context for m in bundled_catalog().models), default=0)
-    for base, body in _bodies(policy):
-        tail = _const_int(_get(body, ("compaction", "preserve_recent_tokens")))
+    for base, body in policy_bodies(policy.data):
+        tail = _const_int(lookup(body, ("compaction", "preserve_recent_tokens")))
         if tail is not None and largest and tail >= largest:
             yield Diagnostic(
                 "policy.contradiction",
@@ -170,15 +151,15 @@ def _contradictions(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
                 policy.locate((*base, "compaction", "preserve_recent_tokens")),
                 hint="the verbatim tail must fit in the window next to the summary",
             )
-        cap_min = _const_int(_get(body, ("output", "cap", "minimum")))
-        out_max = _const_int(_get(body, ("output", "max_tokens")))
+        cap_min = _const_int(lookup(body, ("output", "cap", "minimum")))
+        out_max = _const_int(lookup(body, ("output", "max_tokens")))
         if cap_min is not None and out_max is not None and cap_min > out_max:
             yield Diagnostic(
                 "policy.contradiction",
                 f"output.cap.minimum ({cap_min:,}) is above output.max_tokens ({out_max:,})",
                 policy.locate((*base, "output", "cap", "minimum")),
             )
-        protect = _const_int(_get(body, ("prune", "protect_tokens")))
+        protect = _const_int(lookup(body, ("prune", "protect_tokens")))
         if protect is not None and largest and protect >= largest:
             yield Diagnostic(
                 "policy.contradiction",
@@ -186,22 +167,22 @@ def _contradictions(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
                 "nothing could ever be pruned",
                 policy.locate((*base, "prune", "protect_tokens")),
             )
-        pct = _get(body, ("overflow", "threshold_percent"))
+        pct = lookup(body, ("overflow", "threshold_percent"))
         if isinstance(pct, int | float) and not isinstance(pct, bool) and not 0 < pct <= 100:
             yield Diagnostic(
                 "policy.contradiction",
                 f"overflow.threshold_percent must be within (0, 100], got {pct}",
                 policy.locate((*base, "overflow", "threshold_percent")),
             )
-        ttl = _get(body, ("cache", "ttl"))
-        if _get(body, ("cache", "message_ttl")) == "1h" and ttl != "1h":
+        ttl = lookup(body, ("cache", "ttl"))
+        if lookup(body, ("cache", "message_ttl")) == "1h" and ttl != "1h":
             yield Diagnostic(
                 "policy.contradiction",
                 "cache.message_ttl is 1h but cache.ttl is not: a 1-hour mark may not follow "
                 "a 5-minute one (tools and system come first)",
                 policy.locate((*base, "cache", "message_ttl")),
             )
-        rule = _get(body, ("cache", "rule"))
+        rule = lookup(body, ("cache", "rule"))
         if ttl is not None and rule == "none":
             yield Diagnostic(
                 "policy.contradiction",

@@ -21,7 +21,7 @@ from .catalog import ModelInfo, bundled_catalog
 from .checks import resolve_file
 from .errors import Diagnostic, Location, PolicyError
 from .expr import CompiledExpr, model_values, order_definitions
-from .load import JsonPath
+from .load import JsonPath, lookup
 from .plan import LayerPlan, Plan, PromptChoice, Value
 from .policy_exprs import PolicyExpressions, compile_policy_expressions, value_leaves
 from .resolve import ResolvedPolicy, resolve_policy
@@ -78,16 +78,7 @@ class _Build:
         return self.exprs.compiled.get(self.source(path))
 
     def get(self, path: JsonPath, default: Any = None) -> Any:
-        node: Any = self.data
-        for p in path:
-            if isinstance(node, dict) and p in node:
-                node = node[p]
-                continue
-            if isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node):
-                node = node[p]
-                continue
-            return default
-        return node
+        return lookup(self.data, path, default)
 
     def evaluate(self, path: JsonPath, what: str) -> Any:
         """The value at ``path``, evaluating it when it is an expression (model-only)."""

@@ -102,7 +102,7 @@ class Document:
         step: every non-blank value character is matched to its next occurrence in the
         source span, which skips indentation, quotes and folding."""
         info = self.scalars.get(path)
-        value = _get(self.data, path)
+        value = lookup(self.data, path)
         if info is None or not isinstance(value, str):
             return self.locate(path)
         src = self.text
@@ -125,12 +125,16 @@ class Document:
         return self._pos(min(i, max(info.start, end - 1)) if end > info.start else info.start)
 
 
-def _get(data: Any, path: JsonPath) -> Any:
+def lookup(data: Any, path: JsonPath, default: Any = None) -> Any:
+    """The value at ``path`` in JSON-like data, or ``default`` where the path breaks off."""
     for p in path:
-        try:
+        if isinstance(data, dict) and p in data:
             data = data[p]
-        except (KeyError, IndexError, TypeError):
-            return None
+            continue
+        if isinstance(data, list) and isinstance(p, int) and 0 <= p < len(data):
+            data = data[p]
+            continue
+        return default
     return data
 
 

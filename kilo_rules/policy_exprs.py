@@ -31,8 +31,8 @@ from .expr import (
 )
 from .expr.compile import compile_expr
 from .expr.types import type_of_value
-from .load import JsonPath
-from .resolve import ResolvedPolicy
+from .load import JsonPath, lookup
+from .resolve import ResolvedPolicy, policy_bodies
 from .validate import expression_fields
 
 KIND_TYPES: dict[str, Type] = {
@@ -63,14 +63,6 @@ VALUE_SECTIONS = (
 MODEL_ONLY_PREFIXES = ("model.", "config.")
 
 
-def bodies(data: dict[str, Any]) -> Iterator[tuple[JsonPath, dict[str, Any]]]:
-    """The policy body and every override's ``set``, with the path prefix of each."""
-    yield (), data
-    for i, ov in enumerate(data.get("overrides") or []):
-        if isinstance(ov, dict) and isinstance(ov.get("set"), dict):
-            yield ("overrides", i, "set"), ov["set"]
-
-
 def value_leaves(body: dict[str, Any]) -> Iterator[tuple[str, JsonPath, Any]]:
     """(dotted name, path, value) of every scalar a policy defines in a value section."""
     stack: list[tuple[JsonPath, Any]] = [((k,), body[k]) for k in VALUE_SECTIONS if k in body]
@@ -96,7 +88,7 @@ class PolicyExpressions:
 def policy_vocabulary(policy: ResolvedPolicy, kinds: dict[JsonPath, str]) -> Vocabulary:
     """The built-in vocabulary plus the names this policy defines, with their types."""
     types: dict[str, Type] = {}
-    for prefix, body in bodies(policy.data):
+    for prefix, body in policy_bodies(policy.data):
         for name, path, value in value_leaves(body):
             kind = kinds.get((*prefix, *path))
             t = KIND_TYPES[kind] if kind else type_of_value(value)
@@ -146,7 +138,7 @@ def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
     parsed: dict[JsonPath, Expr] = {}
     compiled: dict[JsonPath, CompiledExpr] = {}
     for path, kind in fields:
-        text = _get(policy.data, path)
+        text = lookup(policy.data, path)
         try:
             expr = parse(text, locate=_scalar_locator(policy, path))
         except ExprError as exc:
@@ -248,12 +240,6 @@ def _definitions(parsed: dict[JsonPath, Expr]) -> dict[JsonPath, dict[str, Expr]
         if prefix:
             out[prefix] = {**base, **defs}
     return out
-
-
-def _get(data: Any, path: JsonPath) -> Any:
-    for p in path:
-        data = data[p]
-    return data
 
 
 def expression_diagnostics(policy: ResolvedPolicy) -> list[Diagnostic]:

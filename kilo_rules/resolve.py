@@ -79,6 +79,14 @@ class ResolvedPolicy:
         return {d.file: d.text for d in self.chain}
 
 
+def policy_bodies(data: dict[str, Any]) -> Iterator[tuple[JsonPath, dict[str, Any]]]:
+    """The policy body and every override's ``set``, with the path prefix of each."""
+    yield (), data
+    for i, ov in enumerate(data.get("overrides") or []):
+        if isinstance(ov, dict) and isinstance(ov.get("set"), dict):
+            yield ("overrides", i, "set"), ov["set"]
+
+
 def _merge(
     base: Any,
     over: Any,
