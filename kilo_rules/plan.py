@@ -27,19 +27,22 @@ if TYPE_CHECKING:
     from .truncate import TruncateResult
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
 def _seconds(value: Any) -> int | None:
-    """A retention given as seconds or as a duration such as ``7d``."""
+    """A retention given as seconds or as a duration such as ``7d`` (the expression
+    language's duration literal)."""
+    from .expr.parser import decode_duration
+
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
     text = str(value).strip()
-    if text[:-1].isdigit() and text[-1:] in _UNITS:
-        return int(text[:-1]) * _UNITS[text[-1]]
-    return int(text) if text.isdigit() else None
+    if text.isdigit():
+        return int(text)
+    try:
+        return decode_duration(text)
+    except (AssertionError, KeyError, ValueError):
+        return None
 
 
 def _rel_file(file: str) -> str:

@@ -132,17 +132,10 @@ class JsonCache:
         return self._stripped.get_or(m, make)
 
 
-def messages_json(messages: Sequence[ModelMessage], cache: JsonCache | None = None) -> str:
+def messages_json(messages: Sequence[ModelMessage]) -> str:
     """``JSON.stringify`` of the model messages (compact, as JavaScript writes it)."""
-    if cache is None:
-        data, _, _ = message_data(messages)
-        return _dumps(data)
-    return "[" + ",".join(cache.plain(m) for m in messages) + "]"
-
-
-def payload_bytes(messages: Sequence[ModelMessage]) -> int:
-    """UTF-8 byte size of the messages' JSON (Kilo's REQUEST_PRUNE_BYTES measure)."""
-    return len(messages_json(messages).encode("utf-8", "surrogatepass"))
+    data, _, _ = message_data(messages)
+    return _dumps(data)
 
 
 @dataclass(frozen=True, slots=True)
