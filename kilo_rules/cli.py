@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -317,17 +317,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    return guarded(lambda: int(args.func(args)))
+
+
+def guarded(action: Callable[[], int], prog: str = "kilo-rules") -> int:
+    """Run ``action``, turning each failure class into its exit code and a message."""
     try:
-        return int(args.func(args))
+        return action()
     except KiloRulesError as exc:
         print(render_text(exc.diagnostics), file=sys.stderr)
         return EXIT_DIAGNOSTICS
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"kilo-rules: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"{prog}: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as exc:
-        print(f"kilo-rules: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:  # pragma: no cover
         return 130

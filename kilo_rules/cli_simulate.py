@@ -15,12 +15,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from .errors import KiloRulesError, render_text
+from .cli import EXIT_DIAGNOSTICS, EXIT_OK, guarded
 from .simulate import SimulationReport, simulate
 
 __all__ = ["add_arguments", "format_table", "run"]
 
-EXIT_OK, EXIT_DIAGNOSTICS, EXIT_USAGE = 0, 1, 2
 
 _HEADERS = (
     "policy",
@@ -154,18 +153,11 @@ def _print(
 
 def run(args: argparse.Namespace) -> int:
     """Run ``simulate`` with parsed ``args``; returns the exit code."""
-    try:
-        reports, meta = _simulate(args)
-    except KiloRulesError as exc:
-        print(render_text(exc.diagnostics), file=sys.stderr)
-        return EXIT_DIAGNOSTICS
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"kilo-rules simulate: {where}{exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ValueError as exc:
-        print(f"kilo-rules simulate: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    return guarded(lambda: _run(args), "kilo-rules simulate")
+
+
+def _run(args: argparse.Namespace) -> int:
+    reports, meta = _simulate(args)
     _print(reports, meta, args.json, sys.stdout)
     failed = [r for r in reports if r.error is not None]
     for r in failed:
