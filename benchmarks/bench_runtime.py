@@ -34,8 +34,8 @@ from kilo_rules.compile import compile_policy
 from kilo_rules.importers import import_file
 from kilo_rules.plan import Plan
 from kilo_rules.runtime.context import StepInput
-from kilo_rules.runtime.history import compaction_part, completed_compactions
 from kilo_rules.session import Session, TextPart, ToolPart
+from kilo_rules.simulate import without_recorded_compactions
 from kilo_rules.tokens import TiktokenCounter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,15 +73,6 @@ def session_texts(session: Session) -> list[str]:
                 out.append(json.dumps(p.input, ensure_ascii=False))
                 out.append(p.output)
     return out
-
-
-def without_recorded_compactions(session: Session) -> Session:
-    """The session minus compaction requests and the summaries answering them."""
-    msgs = session.messages
-    drop = {msgs[i].id for pair in completed_compactions(msgs) for i in pair}
-    drop |= {m.id for m in msgs if compaction_part(m) is not None}
-    kept = [m for m in msgs if m.id not in drop]
-    return session.model_copy(update={"messages": kept})
 
 
 def fresh_plan() -> Plan:

@@ -16,7 +16,7 @@ from typing import Any
 from kilo_rules.plan import Plan
 from kilo_rules.runtime.apply import last_finished, usage_count
 from kilo_rules.runtime.facade import Runtime
-from kilo_rules.runtime.history import compaction_part, completed_compactions, project
+from kilo_rules.runtime.history import project
 from kilo_rules.runtime.measure import measure
 from kilo_rules.runtime.mutations import apply_mutations
 from kilo_rules.session import Message, Session, TokenUsage
@@ -36,17 +36,6 @@ class Replay:
     mismatches: list[str] = field(default_factory=list)  # trigger disagreed with Kilo's rule
     recorded: list[Message] = field(default_factory=list)  # the log as this run wrote it
     session: Session | None = None
-
-
-def without_recorded_compactions(session: Session) -> Session:
-    """The session minus compactions the original agent made (request + summary)."""
-    drop = {
-        session.messages[i].id for pair in completed_compactions(session.messages) for i in pair
-    }
-    drop |= {m.id for m in session.messages if compaction_part(m) is not None}
-    return session.model_copy(
-        update={"messages": [m for m in session.messages if m.id not in drop]}
-    )
 
 
 def request_tokens(result: Any) -> int:

@@ -16,10 +16,11 @@ from kilo_rules.compile import compile_policy
 from kilo_rules.importers import import_file
 from kilo_rules.runtime.mutations import missing, restore
 from kilo_rules.session import Session, ToolPart
+from kilo_rules.simulate import without_recorded_compactions
 from kilo_rules.summarizers import ExtractiveSummarizer
 
 from .helpers import model
-from .replay import Replay, persisted, replay, without_recorded_compactions
+from .replay import Replay, persisted, replay
 
 ROOT = Path(__file__).resolve().parents[2]
 LARGEST = ROOT.parent / "shared/data/trajectories/claude-code-opus46-spotter-8463c716.jsonl"
