@@ -34,29 +34,6 @@ from .nodes import (
     text_locate,
 )
 
-_BINARY_OPS = (
-    "+",
-    "-",
-    "*",
-    "/",
-    "//",
-    "%",
-    "==",
-    "!=",
-    "<",
-    "<=",
-    ">",
-    ">=",
-    "in",
-    "not in",
-    "contains",
-    "startswith",
-    "endswith",
-    "matches",
-    "and",
-    "or",
-    "??",
-)
 _COMPARISONS = (
     "==",
     "!=",
@@ -71,6 +48,7 @@ _COMPARISONS = (
     "endswith",
     "matches",
 )
+_BINARY_OPS = ("+", "-", "*", "/", "//", "%", *_COMPARISONS, "and", "or", "??")
 
 #: Plain-words syntax messages and inputs that must produce them. The parser state in which
 #: each example fails is what identifies the message (lark's ``match_examples`` idea,
