@@ -8,6 +8,7 @@ A model that is not in the catalog can be described inline (a mapping in the sam
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -39,6 +40,34 @@ PROVIDERS = (
     "ollama",
     "azure",
 )
+
+
+# Model-id fragments that tell which vendor's models made a reasoning signature. Vendor,
+# not provider: Claude signs the same way on Anthropic, Bedrock and Vertex, so a signature
+# made on one is read on the others, while Gemini cannot read it at all.
+_SIGNATURE_ISSUERS = (
+    (re.compile(r"claude|anthropic", re.IGNORECASE), "anthropic"),
+    (re.compile(r"gemini|gemma", re.IGNORECASE), "google"),
+    (re.compile(r"(^|[/.:])(gpt-|o[1-9]\b|o[1-9]-|codex)", re.IGNORECASE), "openai"),
+)
+
+
+def signature_issuer(model_id: str | None) -> str | None:
+    """The vendor whose models issue the reasoning signatures of ``model_id``.
+
+    ``"anthropic"``, ``"google"`` or ``"openai"``; None when the id names none of them
+    (or is None). A signature is only meaningful to the vendor that issued it, so a
+    renderer sends it back only to that vendor's models.
+
+    >>> signature_issuer("claude-opus-4-6"), signature_issuer("google/gemini-3-pro-preview")
+    ('anthropic', 'google')
+    """
+    if not model_id:
+        return None
+    for pattern, issuer in _SIGNATURE_ISSUERS:
+        if pattern.search(model_id):
+            return issuer
+    return None
 
 
 Modality = Literal["text", "image", "pdf", "audio", "video"]

@@ -20,11 +20,19 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ..catalog import signature_issuer
 from ..errors import CatalogError, Diagnostic, did_you_mean
 from ..runtime.messages import ModelRequest
 from . import anthropic, bedrock, gemini, openai, openai_compatible
 
-__all__ = ["APIS", "PROVIDER_BREAKPOINT_LIMITS", "count_markers", "endpoint", "render"]
+__all__ = [
+    "APIS",
+    "PROVIDER_BREAKPOINT_LIMITS",
+    "count_markers",
+    "endpoint",
+    "render",
+    "signature_issuer",
+]
 
 Renderer = Callable[[ModelRequest], dict[str, Any]]
 

@@ -50,9 +50,31 @@ def is_environment(part: Part) -> bool:
     return isinstance(part, Text) and part.text.lstrip().startswith(ENVIRONMENT_TAG)
 
 
-def is_empty_text(part: Part) -> bool:
-    """Empty text: Anthropic, Bedrock and Gemini reject it, so it is dropped there."""
-    return isinstance(part, Text) and part.text == ""
+def is_blank(text: str) -> bool:
+    """Text with nothing but whitespace (or nothing at all).
+
+    Anthropic refuses it ("text content blocks must contain non-whitespace text"), so do
+    Bedrock and Gemini, and it tells the model nothing, so no wire sends it: Claude Code,
+    for one, records ``"\\n\\n"`` text blocks before its tool calls.
+    """
+    return not text.strip()
+
+
+def is_blank_text(part: Part) -> bool:
+    """A text part that :func:`is_blank` says no wire sends."""
+    return isinstance(part, Text) and is_blank(part.text)
+
+
+def readable(value: str | None, origin: str | None, reader: str | None) -> str | None:
+    """``value`` (a reasoning signature or encrypted state) if ``reader`` can read it.
+
+    Only the vendor that issued a signature can verify it; sent anywhere else it is refused
+    or, at best, meaningless. A value whose ``origin`` is unknown was recorded by the same
+    agent that asks now, so it is passed back as recorded.
+    """
+    if value is None or origin is None or origin == reader:
+        return value
+    return None
 
 
 def media_kind(media: Media) -> str:
@@ -99,7 +121,8 @@ def result_text(result: ToolResult, media_note: str | None = None) -> str:
     lines: list[str] = []
     for part in result.content:
         if isinstance(part, Text):
-            lines.append(part.text)
+            if not is_blank(part.text):
+                lines.append(part.text)
         elif media_note is not None:
             lines.append(placeholder(part, media_note))
     return "\n".join(lines)

@@ -8,8 +8,9 @@ Mapping from the provider-neutral request:
   (PDF as base64 or url, ``text/*`` as a plain-text source) blocks; other media types
   become a text placeholder so the model knows something was there;
 * assistant reasoning → ``thinking`` with its ``signature``, or ``redacted_thinking``
-  with the encrypted ``data``. Reasoning with neither came from another provider: the API
-  would reject a thinking block without a signature, so it is not sent;
+  with the encrypted ``data``. Reasoning with neither, or whose signature another vendor
+  issued (``Reasoning.origin``), cannot be verified here: the API would reject the
+  thinking block, so it is not sent;
 * tool calls → ``tool_use``; a ``tool`` message becomes a ``user`` turn of
   ``tool_result`` blocks (``tool_use_id``, ``is_error``). Consecutive turns of one role
   are merged so that user and assistant alternate, tool results first;
@@ -17,7 +18,8 @@ Mapping from the provider-neutral request:
   bucket) on the marked block; a message-level mark goes on the message's last block.
   Thinking blocks cannot carry ``cache_control``, so a mark there moves to the nearest
   block that can (see :func:`~kilo_rules.providers._shared.settle_marks`);
-* empty text is dropped (the API rejects empty text blocks), and tool-call ids are
+* blank (whitespace-only) text is dropped everywhere, system and tool results included
+  (the API rejects it), and tool-call ids are
   cleaned to ``^[a-zA-Z0-9_-]+$`` the same way for the call and its result.
 
 ``max_tokens`` is required by this API. When the request leaves it unset, the model's
@@ -47,10 +49,12 @@ from ._shared import (
     Entry,
     decode_text,
     effective_mark,
-    is_empty_text,
+    is_blank,
+    is_blank_text,
     media_kind,
     merge_same_role,
     placeholder,
+    readable,
     sanitize_call_id,
     settle_marks,
 )
@@ -59,6 +63,9 @@ from ._shared import (
 DEFAULT_MAX_TOKENS = 4096
 
 ENDPOINT = "/v1/messages"
+
+#: Whose reasoning signatures this API reads (see :func:`~kilo_rules.catalog.signature_issuer`).
+ISSUER = "anthropic"
 
 
 def render(request: ModelRequest) -> dict[str, Any]:
@@ -101,7 +108,7 @@ def _system(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
     for msg in messages:
         entries: list[Entry] = []
         for part in msg.parts:
-            if isinstance(part, Text) and part.text:
+            if isinstance(part, Text) and not is_blank(part.text):
                 entries.append(({"type": "text", "text": part.text}, part.cache, True))
             else:
                 entries.append((None, part.cache, True))
@@ -149,7 +156,7 @@ def _result(result: ToolResult) -> tuple[dict[str, Any], CacheMark | None]:
     entries: list[Entry] = []
     for part in result.content:
         if isinstance(part, Text):
-            text = {"type": "text", "text": part.text} if part.text else None
+            text = None if is_blank(part.text) else {"type": "text", "text": part.text}
             entries.append((text, part.cache, True))
         else:
             entries.append((_media(part, assistant=False), part.cache, True))
@@ -166,7 +173,7 @@ def _message(msg: ModelMessage) -> dict[str, Any]:
     entries: list[Entry] = []
     for part in msg.parts:
         if isinstance(part, Text):
-            text = {"type": "text", "text": part.text} if not is_empty_text(part) else None
+            text = None if is_blank_text(part) else {"type": "text", "text": part.text}
             entries.append((text, part.cache, True))
         elif isinstance(part, Media):
             entries.append((_media(part, assistant=assistant), part.cache, True))
@@ -192,8 +199,10 @@ def _message(msg: ModelMessage) -> dict[str, Any]:
 
 
 def _reasoning(part: Reasoning) -> dict[str, Any] | None:
-    if part.signature is not None:
-        return {"type": "thinking", "thinking": part.text, "signature": part.signature}
-    if part.encrypted is not None:
-        return {"type": "redacted_thinking", "data": part.encrypted}
+    signature = readable(part.signature, part.origin, ISSUER)
+    if signature is not None:
+        return {"type": "thinking", "thinking": part.text, "signature": signature}
+    encrypted = readable(part.encrypted, part.origin, ISSUER)
+    if encrypted is not None:
+        return {"type": "redacted_thinking", "data": encrypted}
     return None

@@ -10,7 +10,8 @@ from the provider-neutral request:
   base64 string. Bedrock reads media only from bytes or S3, so an ``s3://`` URL becomes
   an ``s3Location`` source and any other URL (or an unsupported type) a text placeholder;
 * assistant reasoning → ``reasoningContent.reasoningText {text, signature}`` or
-  ``reasoningContent.redactedContent``; unsigned reasoning from another provider is not
+  ``reasoningContent.redactedContent``; unsigned reasoning, and reasoning signed by a
+  vendor other than the model's own (Claude signatures go to Claude models only), is not
   sent (Claude on Bedrock rejects it, other models ignore it);
 * tool calls → ``toolUse``; a ``tool`` message becomes a ``user`` turn of ``toolResult``
   blocks (``status: error`` for errors); consecutive turns of one role are merged, since
@@ -20,7 +21,8 @@ from the provider-neutral request:
   ``"ttl": "1h"`` for the hour bucket) appended after the marked content block, system
   block or tool; a message-level mark goes after the message's last block. A mark inside
   a tool result is hoisted to after the result, since result content takes no cache point;
-* empty text is dropped; tool-call ids are cleaned to ``^[a-zA-Z0-9_-]+$``;
+* blank (whitespace-only) text is dropped, system and results included; tool-call ids
+  are cleaned to ``^[a-zA-Z0-9_-]+$``;
 * ``max_tokens`` → ``inferenceConfig.maxTokens``.
 """
 
@@ -30,6 +32,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+from ..catalog import signature_issuer
 from ..runtime.messages import (
     CacheMark,
     Media,
@@ -44,9 +47,11 @@ from ..runtime.messages import (
 from ._shared import (
     Entry,
     effective_mark,
-    is_empty_text,
+    is_blank,
+    is_blank_text,
     merge_same_role,
     placeholder,
+    readable,
     sanitize_call_id,
     settle_marks,
 )
@@ -83,14 +88,20 @@ def render(request: ModelRequest) -> dict[str, Any]:
     system: list[tuple[dict[str, Any], CacheMark | None]] = []
     for msg in request.system:
         entries: list[Entry] = [
-            ({"text": p.text} if isinstance(p, Text) and p.text else None, p.cache, True)
+            (
+                {"text": p.text} if isinstance(p, Text) and not is_blank(p.text) else None,
+                p.cache,
+                True,
+            )
             for p in msg.parts
         ]
         system.extend(settle_marks(entries, msg.cache)[0])
     if system:
         body["system"] = _with_points(system)
     names: dict[str, int] = {}
-    turns = [_message(m, names) for m in request.conversation]
+    # Bedrock serves several vendors; only Claude models read Claude's signatures.
+    reader = signature_issuer(request.model)
+    turns = [_message(m, names, reader) for m in request.conversation]
     body["messages"] = merge_same_role(turns)
     if request.max_tokens is not None:
         body["inferenceConfig"] = {"maxTokens": request.max_tokens}
@@ -164,7 +175,7 @@ def _result(result: ToolResult, names: dict[str, int]) -> tuple[dict[str, Any], 
     for part in result.content:
         inner = effective_mark(inner, part.cache)
         if isinstance(part, Text):
-            if part.text:
+            if not is_blank(part.text):
                 content.append({"text": part.text})
         else:
             content.append(_media(part, names))
@@ -177,12 +188,12 @@ def _result(result: ToolResult, names: dict[str, int]) -> tuple[dict[str, Any], 
     return {"toolResult": block}, inner
 
 
-def _message(msg: ModelMessage, names: dict[str, int]) -> dict[str, Any]:
+def _message(msg: ModelMessage, names: dict[str, int], reader: str | None) -> dict[str, Any]:
     assistant = msg.role == "assistant"
     entries: list[Entry] = []
     for part in msg.parts:
         if isinstance(part, Text):
-            text = None if is_empty_text(part) else {"text": part.text}
+            text = None if is_blank_text(part) else {"text": part.text}
             entries.append((text, part.cache, True))
         elif isinstance(part, Media):
             if assistant:  # assistant turns carry no media
@@ -191,7 +202,8 @@ def _message(msg: ModelMessage, names: dict[str, int]) -> dict[str, Any]:
             else:
                 entries.append((_media(part, names), part.cache, True))
         elif isinstance(part, Reasoning):
-            entries.append((_reasoning(part) if assistant else None, part.cache, False))
+            reasoning = _reasoning(part, reader) if assistant else None
+            entries.append((reasoning, part.cache, False))
         elif isinstance(part, ToolCall):
             use = {
                 "toolUseId": sanitize_call_id(part.call_id),
@@ -206,10 +218,12 @@ def _message(msg: ModelMessage, names: dict[str, int]) -> dict[str, Any]:
     return {"role": "assistant" if assistant else "user", "content": _with_points(kept)}
 
 
-def _reasoning(part: Reasoning) -> dict[str, Any] | None:
-    if part.signature is not None:
-        text = {"text": part.text, "signature": part.signature}
+def _reasoning(part: Reasoning, reader: str | None) -> dict[str, Any] | None:
+    signature = readable(part.signature, part.origin, reader)
+    if signature is not None:
+        text = {"text": part.text, "signature": signature}
         return {"reasoningContent": {"reasoningText": text}}
-    if part.encrypted is not None:
-        return {"reasoningContent": {"redactedContent": part.encrypted}}
+    encrypted = readable(part.encrypted, part.origin, reader)
+    if encrypted is not None:
+        return {"reasoningContent": {"redactedContent": encrypted}}
     return None

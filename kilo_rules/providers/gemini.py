@@ -11,21 +11,32 @@ from the provider-neutral request:
 * user text and media → ``text``, ``inlineData {mimeType, data}`` for base64 media and
   ``fileData {mimeType, fileUri}`` for media given by URL;
 * the assistant role is ``model``; its text → ``text``, reasoning → a ``thought: true``
-  text part with its ``thoughtSignature`` where present (encrypted reasoning from another
-  provider cannot be read here and is not sent), tool calls →
-  ``functionCall {id, name, args}``;
+  text part with its ``thoughtSignature`` where present, tool calls →
+  ``functionCall {id, name, args}`` with the ``thoughtSignature`` Gemini gave them.
+  Signatures and encrypted reasoning issued by another vendor (``origin``) cannot be read
+  here and are not sent; foreign reasoning text goes as an unsigned thought;
+* Gemini 3 models refuse a function call turn whose first call has no signature
+  ("Function call is missing a thought_signature"); calls recorded on another model have
+  none, so the first call of such a turn carries the documented
+  ``skip_thought_signature_validator`` value instead;
 * a ``tool`` message → a ``user`` turn of ``functionResponse {id, name, response}``
   parts; ``response`` is ``{"content": text}``, or ``{"error": text}`` for a failed call,
   the keys Gemini's function-calling guide names. Media in a result follow the responses
   in the same turn as ``inlineData`` parts;
 * cache marks are ignored: Gemini caches prompt prefixes implicitly, and explicit caching
   is a separate ``cachedContents`` resource, not a marker in the request;
-* empty text is dropped (the API rejects it), and so is a turn left with no parts;
+* blank (whitespace-only) text is dropped (the API rejects it), and so is a turn left with
+  no parts;
+* consecutive turns of one role are merged: Gemini requires user and model turns to
+  alternate, and a function call turn must come right after a user turn or a function
+  response turn (a summary followed by the first kept step, a function response followed
+  by the user's next words, two leading user messages);
 * ``max_tokens`` → ``generationConfig.maxOutputTokens``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -39,7 +50,16 @@ from ..runtime.messages import (
     ToolResult,
     ToolSpec,
 )
-from ._shared import result_text
+from ._shared import is_blank, merge_same_role, readable, result_text
+
+#: Whose signatures this API reads (see :func:`~kilo_rules.catalog.signature_issuer`).
+ISSUER = "google"
+
+#: The ``thoughtSignature`` Gemini documents for function calls it did not produce
+#: (history from another model, or calls injected by the client).
+FOREIGN_CALL_SIGNATURE = "skip_thought_signature_validator"
+
+_GEMINI_VERSION = re.compile(r"gemini-(\d+)", re.IGNORECASE)
 
 
 def endpoint(request: ModelRequest) -> str:
@@ -52,7 +72,10 @@ def render(request: ModelRequest) -> dict[str, Any]:
     """The ``generateContent`` request body for ``request`` (JSON-serialisable, deterministic)."""
     body: dict[str, Any] = {}
     system = [
-        {"text": p.text} for m in request.system for p in m.parts if isinstance(p, Text) and p.text
+        {"text": p.text}
+        for m in request.system
+        for p in m.parts
+        if isinstance(p, Text) and not is_blank(p.text)
     ]
     if system:
         body["systemInstruction"] = {"parts": system}
@@ -64,10 +87,37 @@ def render(request: ModelRequest) -> dict[str, Any]:
         if parts:
             role = "model" if msg.role == "assistant" else "user"
             contents.append({"role": role, "parts": parts})
+    contents = merge_same_role(contents, key="parts")
+    if requires_call_signatures(request.model):
+        contents = [_signed_first_call(c) for c in contents]
     body["contents"] = contents
     if request.max_tokens is not None:
         body["generationConfig"] = {"maxOutputTokens": request.max_tokens}
     return body
+
+
+def requires_call_signatures(model: str) -> bool:
+    """True for Gemini 3 and later, which validate the thought signature of function calls."""
+    found = _GEMINI_VERSION.search(model)
+    return found is not None and int(found.group(1)) >= 3
+
+
+def _signed_first_call(content: dict[str, Any]) -> dict[str, Any]:
+    """The content with a signature on its first function call, if that call has none.
+
+    Gemini validates the first call of each model turn; a call recorded without a Gemini
+    signature (another model made it, or it was signed by another vendor) gets the value
+    Gemini documents for history it did not produce."""
+    if content["role"] != "model":
+        return content
+    for i, part in enumerate(content["parts"]):
+        if "functionCall" in part:
+            if "thoughtSignature" in part:
+                return content
+            parts = list(content["parts"])
+            parts[i] = {**part, "thoughtSignature": FOREIGN_CALL_SIGNATURE}
+            return {**content, "parts": parts}
+    return content
 
 
 def _declaration(tool: ToolSpec) -> dict[str, Any]:
@@ -89,7 +139,7 @@ def _parts(msg: ModelMessage) -> list[dict[str, Any]]:
     trailing_media: list[dict[str, Any]] = []
     for part in msg.parts:
         if isinstance(part, Text):
-            if part.text:
+            if not is_blank(part.text):
                 parts.append({"text": part.text})
         elif isinstance(part, Media):
             parts.append(_media(part))
@@ -100,8 +150,9 @@ def _parts(msg: ModelMessage) -> list[dict[str, Any]]:
         elif isinstance(part, ToolCall):
             call = {"id": part.call_id, "name": part.name, "args": part.input}
             signed: dict[str, Any] = {"functionCall": call}
-            if part.signature is not None:
-                signed["thoughtSignature"] = part.signature
+            signature = readable(part.signature, part.origin, ISSUER)
+            if signature is not None:
+                signed["thoughtSignature"] = signature
             parts.append(signed)
         else:
             parts.append({"functionResponse": _response(part)})
@@ -112,11 +163,12 @@ def _parts(msg: ModelMessage) -> list[dict[str, Any]]:
 
 
 def _thought(part: Reasoning) -> dict[str, Any] | None:
-    if not part.text and part.signature is None:
+    signature = readable(part.signature, part.origin, ISSUER)
+    if signature is None and is_blank(part.text):
         return None
     thought: dict[str, Any] = {"text": part.text, "thought": True}
-    if part.signature is not None:
-        thought["thoughtSignature"] = part.signature
+    if signature is not None:
+        thought["thoughtSignature"] = signature
     return thought
 
 

@@ -4,6 +4,7 @@ Mapping from the provider-neutral request:
 
 * system messages → ``role: system`` messages with string content;
 * tools → ``tools[{type: function, function: {name, description, parameters}}]``;
+* blank (whitespace-only) text is not sent, so no cache mark lands on it;
 * user text and media → a string when the message is one unmarked text, else content
   parts: ``text``, ``image_url`` (a ``data:`` URL or the media's own URL) and ``file``
   (PDF as a ``data:`` URL); ``text/*`` attachments are inlined as text, other types
@@ -49,6 +50,7 @@ from ._shared import (
     data_url,
     decode_text,
     effective_mark,
+    is_blank,
     media_kind,
     placeholder,
     settle_marks,
@@ -122,6 +124,11 @@ def _tool(tool: ToolSpec) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
+def _text(part: Text) -> dict[str, Any] | None:
+    # Blank text is not sent (see is_blank); a mark on it moves to a part with content.
+    return None if is_blank(part.text) else {"type": "text", "text": part.text}
+
+
 def _media_part(media: Media, where: str | None) -> dict[str, Any]:
     """A user content part for ``media``; ``where`` names a place media cannot go."""
     if where is not None:
@@ -184,7 +191,7 @@ def _message(msg: ModelMessage, dialect: Dialect) -> list[dict[str, Any]]:
     reasoning: list[str] = []
     for part in msg.parts:
         if isinstance(part, Text):
-            entries.append(({"type": "text", "text": part.text}, part.cache, True))
+            entries.append((_text(part), part.cache, True))
         elif isinstance(part, Media):
             entries.append((_media_part(part, where), part.cache, True))
         elif isinstance(part, ToolCall) and assistant:
@@ -231,7 +238,7 @@ def _tool_messages(msg: ModelMessage, dialect: Dialect) -> list[dict[str, Any]]:
         entries: list[Entry] = []
         for part in result.content:
             if isinstance(part, Text):
-                entries.append(({"type": "text", "text": part.text}, part.cache, True))
+                entries.append((_text(part), part.cache, True))
             else:
                 text = {"type": "text", "text": placeholder(part, _TOOL_MEDIA)}
                 entries.append((text, part.cache, True))

@@ -19,6 +19,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..catalog import signature_issuer
 from ..session import (
     CompactionPart,
     FilePart,
@@ -113,7 +114,7 @@ def _cut(text: str, limit: int | None) -> str:
 
 
 def _tool(
-    part: ToolPart, settings: LowerSettings, strip: bool
+    part: ToolPart, settings: LowerSettings, strip: bool, origin: str | None = None
 ) -> tuple[ToolCall, ToolResult, list[Media]]:
     signature = part.metadata.get("thought_signature")
     call = ToolCall(
@@ -121,6 +122,7 @@ def _tool(
         name=part.tool,
         input=dict(part.input),
         signature=signature if isinstance(signature, str) else None,
+        origin=origin,
     )
     moved: list[Media] = []
     if part.status == "completed":
@@ -157,6 +159,8 @@ def _assistant(msg: Message, settings: LowerSettings, strip: bool) -> list[Model
     parts: list[Part] = []
     results: list[ToolResult] = []
     moved: list[Media] = []
+    # Signatures belong to the vendor of the model that wrote this message.
+    origin = signature_issuer(msg.model)
 
     def flush() -> None:
         if parts:
@@ -177,9 +181,11 @@ def _assistant(msg: Message, settings: LowerSettings, strip: bool) -> list[Model
             if not p.ignored:
                 parts.append(Text(p.text, synthetic=p.synthetic, cache=client_mark(p.metadata)))
         elif isinstance(p, ReasoningPart):
-            parts.append(Reasoning(p.text, signature=p.signature, encrypted=p.encrypted))
+            parts.append(
+                Reasoning(p.text, signature=p.signature, encrypted=p.encrypted, origin=origin)
+            )
         elif isinstance(p, ToolPart):
-            call, result, media = _tool(p, settings, strip)
+            call, result, media = _tool(p, settings, strip, origin)
             parts.append(call)
             results.append(result)
             moved.extend(media)

@@ -46,13 +46,18 @@ class Media:
 
 @dataclass(frozen=True, slots=True)
 class Reasoning:
-    """Model reasoning; signed or encrypted reasoning is passed back untouched."""
+    """Model reasoning; signed or encrypted reasoning is passed back untouched.
+
+    ``origin`` is the vendor whose model issued the signature or encrypted state
+    (``"anthropic"``, ``"google"``, ``"openai"``; None when unknown): a renderer sends them
+    back only to that vendor (see :func:`~kilo_rules.catalog.signature_issuer`)."""
 
     text: str
     signature: str | None = None
     encrypted: str | None = None
     cache: CacheMark | None = None
     kind: Literal["reasoning"] = "reasoning"
+    origin: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +69,10 @@ class ToolCall:
     input: dict[str, Any]
     cache: CacheMark | None = None
     kind: Literal["tool-call"] = "tool-call"
-    # Gemini signs function calls made while thinking; the signature must come back.
+    # Gemini signs function calls made while thinking; the signature must come back,
+    # but only to the vendor named by ``origin`` (None: unknown, trusted).
     signature: str | None = None
+    origin: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
