@@ -17,7 +17,6 @@ from .errors import Diagnostic, KiloRulesError, Location, render_github, render_
 if TYPE_CHECKING:
     from .catalog import ModelInfo
     from .runtime.context import StepInput
-    from .session import Session
 
 EXIT_OK, EXIT_DIAGNOSTICS, EXIT_USAGE = 0, 1, 2
 
@@ -142,19 +141,6 @@ def _config(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _session(ref: str, run: int | None) -> Session:
-    """A Session v1 file, or a recorded agent log that the importers recognise."""
-    from .session import load_session
-
-    text = Path(ref).read_text(encoding="utf-8")
-    head = text[:4000]
-    if text.lstrip().startswith("{") and '"version"' in head and '"messages"' in head:
-        return load_session(ref)
-    from .importers import import_file
-
-    return import_file(ref, run=run)
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     """Print the compiled plan of a policy for one model."""
     from .compile import compile_policy
@@ -183,9 +169,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     """Build the request of the next step of a session."""
     from .compile import compile_policy
     from .explain import explain_turn
+    from .importers import read_session
 
     plan = compile_policy(_policy(args.policy), _model(args.model), config=_config(args.config))
-    result = plan.apply(_session(args.session, args.run), _step(args))
+    result = plan.apply(read_session(args.session, run=args.run), _step(args))
     if args.explain and args.json:
         print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
     elif args.explain:
@@ -223,7 +210,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not Path(session_ref).is_file():
         print(f"\n(no example session at {session_ref}; pass --session FILE)")
         return EXIT_OK
-    session = _session(session_ref, None)
+    from .importers import read_session
+
+    session = read_session(session_ref)
     print(f"\n== build: next step of {session_ref} ({len(session.messages)} messages)")
     result = plan.apply(session, _step(args))
     print(explain_turn(result))

@@ -107,14 +107,15 @@ def format_table(reports: Sequence[SimulationReport]) -> str:
 
 
 def _simulate(args: argparse.Namespace) -> tuple[list[SimulationReport], dict[str, Any]]:
-    from .cli import _config, _model, _session
+    from .cli import _config, _model
     from .compile import compile_policy
+    from .importers import read_session
 
     model = _model(args.model)
     config = _config(args.config)
     policies = args.policy or ["kilo-default"]
     plans = [compile_policy(p, model, config=config) for p in policies]
-    session = _session(args.session, args.run)
+    session = read_session(args.session, run=args.run)
     if args.lookback is not None and args.lookback < 0:
         raise ValueError("--lookback must be 0 or more")
     reports = simulate(

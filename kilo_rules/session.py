@@ -196,6 +196,18 @@ class Session(_Model):
     )
 
 
+def is_session_v1(data: Any) -> bool:
+    """Whether parsed JSON is a Session v1 document: an object with ``"version": 1`` and a
+    ``"messages"`` array, wherever the keys sit. This is the one test of the format: readers
+    that accept either Session v1 or a foreign log decide with it, on the parsed value, and
+    validate what it accepts as Session v1 (so a bad session is an error, never a log)."""
+    if not isinstance(data, dict):
+        return False
+    version = data.get("version")
+    # JSON true would compare equal to 1; it is not a version number.
+    return version == 1 and not isinstance(version, bool) and isinstance(data.get("messages"), list)
+
+
 def _json_locator(text: str, file: str) -> dict[tuple[str | int, ...], Location]:
     """Map each JSON path of ``text`` to the position of its value (small recursive scanner).
 

@@ -3,7 +3,8 @@
 Writes the imported session as Session v1 JSON to stdout or ``OUT.json``. Exit codes:
 0 imported; 1 the log could not be imported (one ``file:line:col: error[code]: message``
 diagnostic per problem on stderr); 2 the file could not be read or written, or a bad
-argument (unknown format, ``--run`` out of range). ``FILE`` may be ``-`` for standard input.
+argument (unknown format, ``--run`` out of range, a ``FILE`` that is already Session v1).
+``FILE`` may be ``-`` for standard input.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ._source import decode
 
 EXIT_OK, EXIT_IMPORT, EXIT_IO = 0, 1, 2
 # Errors in what was asked rather than in the log: usage errors, like a bad option.
-_USAGE_CODES = {"import.run", "import.unknown-format"}
+_USAGE_CODES = {"import.run", "import.session-v1", "import.unknown-format"}
 
 # A source line longer than this is not echoed under a diagnostic: Claude Code lines run to
 # tens of kilobytes and would bury the message.
