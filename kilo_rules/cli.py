@@ -1,5 +1,11 @@
 """The ``kilo-rules`` command line. ``main(argv) -> int``; each failure class has its exit code:
-0 success, 1 diagnostics (the input is wrong), 2 usage or I/O problems."""
+
+* 0 (``EXIT_OK``): success.
+* 1 (``EXIT_DIAGNOSTICS``): diagnostics, the input is wrong (a policy, model, session or log).
+* 2 (``EXIT_USAGE``): usage or I/O problems (a bad option, a file that cannot be read).
+* 3 (``EXIT_OVER_WINDOW``): ``build --strict`` built a request that does not fit the model's
+  context window (without ``--strict`` the same request exits 0 with a warning on stderr).
+"""
 
 from __future__ import annotations
 
@@ -16,9 +22,11 @@ from .errors import Diagnostic, KiloRulesError, Location, render_github, render_
 
 if TYPE_CHECKING:
     from .catalog import ModelInfo
+    from .plan import Plan
+    from .runtime.apply import Decision, TurnResult
     from .runtime.context import StepInput
 
-EXIT_OK, EXIT_DIAGNOSTICS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_DIAGNOSTICS, EXIT_USAGE, EXIT_OVER_WINDOW = 0, 1, 2, 3
 
 
 def _print_diagnostics(
@@ -165,6 +173,78 @@ def _step(args: argparse.Namespace) -> StepInput:
     )
 
 
+def over_window(plan: Plan, result: TurnResult) -> str | None:
+    """One line for the user when the request in ``result`` does not fit the context window
+    of ``plan``'s model, else None.
+
+    "Fits" is judged with the numbers the plan chose its output cap from: the preflight
+    measure of the whole request (system and tools included, times
+    ``tokens.preflight_factor``, plus the media reserve), or the usage the provider reported
+    for the last step when that is larger; plus the output cap that was sent."""
+    cap = next((d for d in result.decisions if d.rule.startswith("cap.")), None)
+    if cap is None or not cap.inputs.get("context"):
+        return None  # a model without a known window cannot be over it
+    window = int(cap.inputs["context"])
+    media = int(cap.inputs.get("media") or 0)
+    estimated = int(cap.inputs["normalized"]) + media * plan.cap_settings().media_reserve
+    reported = int(cap.inputs.get("reported") or 0)
+    output = result.model_request.max_tokens or 0
+    total = max(estimated, reported) + output
+    if total <= window:
+        return None
+    # The counter the step was measured with: the runtime keeps it with the plan, so the
+    # name shown is the one the numbers came from, fallbacks included.
+    counter = getattr(plan.memo.get("counter"), "name", None)
+    factor = plan.setting("tokens.preflight_factor", 1.3)
+    how = f"the preflight measure with counter {counter or '?'} and factor {factor:g}"
+    if reported > estimated:
+        size = f"{reported:,} input tokens (usage reported for the last step; {how}: {estimated:,})"
+    else:
+        size = f"{estimated:,} input tokens ({how})"
+    out = f"{output:,} output cap" if output else "no output cap"
+    return (
+        f"the request does not fit the context window of {plan.model.id}: {size} + {out} = "
+        f"{total:,} > {window:,}; {_next_step(result)}"
+    )
+
+
+def _next_step(result: TurnResult) -> str:
+    """What the policy does about an oversized request, from its overflow checks."""
+    checks = [
+        _check_text(d)
+        for d in result.decisions
+        if d.stage == "guards" and d.rule in ("overflow", "preflight")
+    ]
+    if result.compaction_needed:
+        return f"the policy would compact first ({'; '.join(checks)})"
+    why = "; ".join(checks) or "automatic compaction is off"
+    return f"the policy would not compact first ({why}): expect the provider to reject it"
+
+
+_LABELS = {"overflow": "last step used", "preflight": "preflight estimate"}
+_NOT = {">=": "<", ">": "<="}
+
+
+def _relative(at: str) -> str:
+    from .check import relativize
+
+    try:
+        file, line, col = at.rsplit(":", 2)
+        return str(relativize(Location(file, int(line), int(col))))
+    except ValueError:
+        return at
+
+
+def _check_text(d: Decision) -> str:
+    where = f" at {_relative(d.at)}" if d.at else ""
+    if isinstance(d.result, str):  # e.g. "skipped: mid tool loop"
+        return f"{d.rule} {d.result}{where}"
+    value = d.inputs.get("count", d.inputs.get("normalized", 0))
+    comparison = str(d.inputs.get("comparison", ">="))
+    op = comparison if d.result else _NOT.get(comparison, "<")
+    return f"{_LABELS[d.rule]} {value:,} {op} limit {d.inputs.get('limit', 0):,}{where}"
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     """Build the request of the next step of a session."""
     from .compile import compile_policy
@@ -181,7 +261,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(json.dumps(result.request, indent=2, ensure_ascii=False))
     else:
         print(result.body())
-    return EXIT_OK
+    problem = over_window(plan, result)
+    if problem is None:
+        return EXIT_OK
+    print(f"kilo-rules build: warning: {problem}", file=sys.stderr)
+    return EXIT_OVER_WINDOW if args.strict else EXIT_OK
 
 
 DEMO_SESSION = Path("examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl")
@@ -274,6 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--explain", action="store_true", help="show the decisions")
     p.add_argument("--json", action="store_true", help="pretty JSON (with --explain: all)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help=f"exit {EXIT_OVER_WINDOW} when the request does not fit the context window",
+    )
     _add_build_args(p)
     p.set_defaults(func=cmd_build)
 

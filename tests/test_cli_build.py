@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import main
+from kilo_rules.cli import EXIT_OVER_WINDOW, main
 
 ROOT = Path(__file__).resolve().parent.parent
 SESSION = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"
@@ -145,3 +145,90 @@ def test_kilo_config_keys_reach_kilo_default() -> None:
     assert plan.value("overflow.threshold_percent") == 75
     assert plan.value("overflow.limit") == min(plan.value("budget.usable"), 150_000)
     assert plan.value("overflow.preflight.enabled") is True
+
+
+SMALL_MODEL = (
+    "id: local/qwen\nprovider: ollama\nfamily: qwen\napi_id: qwen2.5-coder:7b\n"
+    "api: openai-compatible\nlimits: {context: 32768, output: 4096}\n"
+)
+
+
+def _small_model(tmp_path: Path) -> str:
+    path = tmp_path / "qwen.yaml"
+    path.write_text(SMALL_MODEL, encoding="utf-8")
+    return str(path)
+
+
+def _where(policy: str, setting: str) -> str:
+    """Where ``setting`` is written, as build shows it (relative to the working directory)."""
+    from kilo_rules.check import relativize
+    from kilo_rules.compile import compile_policy
+
+    return str(relativize(compile_policy(policy, "anthropic/claude-sonnet-4-5").locate(setting)))
+
+
+@pytest.mark.parametrize("strict", [[], ["--strict"]], ids=["default", "strict"])
+@pytest.mark.parametrize("mode", [[], ["--json"], ["--explain"], ["--explain", "--json"]])
+def test_a_request_that_fits_prints_nothing_extra(
+    mode: list[str], strict: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["build", "--model", "anthropic/claude-sonnet-4-5", "--session", str(SESSION)]
+    assert main([*argv, *mode, *strict]) == 0
+    captured = capsys.readouterr()
+    assert captured.out and captured.err == ""
+
+
+@pytest.mark.parametrize("mode", [[], ["--json"], ["--explain"], ["--explain", "--json"]])
+def test_a_request_over_the_window_is_reported_and_fails_with_strict(
+    mode: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(ROOT)
+    argv = ["build", "--model", _small_model(tmp_path), "--session", str(SESSION), *mode]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    # The last step of the log used 71,258 tokens, more than the request is estimated at.
+    assert err == (
+        "kilo-rules build: warning: the request does not fit the context window of "
+        "local/qwen: 71,258 input tokens (usage reported for the last step; the preflight "
+        "measure with counter estimate and factor 1.3: 63,026) + 4,096 output cap = 75,354 "
+        "> 32,768; the policy would compact first (last step used 71,258 >= limit 28,672 at "
+        f"{_where('kilo-default', 'overflow.limit')})\n"
+    )
+    assert main([*argv, "--strict"]) == EXIT_OVER_WINDOW == 3
+    strict_out, strict_err = capsys.readouterr()
+    assert (strict_out, strict_err) == (out, err)  # the request is still printed
+    if mode == ["--explain", "--json"]:
+        assert json.loads(out)["compaction_needed"] == "overflow"
+
+
+def test_the_preflight_estimate_is_what_is_measured_without_usage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(ROOT)
+    session = tmp_path / "big.json"
+    text = "word " * 40_000
+    message = {"id": "m1", "role": "user", "parts": [{"type": "text", "id": "p1", "text": text}]}
+    session.write_text(json.dumps({"version": 1, "id": "s", "messages": [message]}))
+    argv = ["build", "--model", _small_model(tmp_path), "--session", str(session), "--strict"]
+    assert main([*argv, "--policy", "local-small"]) == EXIT_OVER_WINDOW
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "input tokens (the preflight measure with counter estimate*1.1 and factor 1.3)" in err
+    assert "+ 4,096 output cap = " in err and "> 32,768;" in err
+    assert "the policy would compact first (preflight estimate " in err
+    assert f">= limit 22,937 at {_where('local-small', 'overflow.preflight.enabled')})" in err
+
+
+def test_a_request_over_the_window_that_the_policy_would_not_compact(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["build", "--model", _small_model(tmp_path), "--session", str(SESSION)]
+    assert main([*argv, "--strict", "--config", "compaction.auto=false"]) == EXIT_OVER_WINDOW
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "; the policy would not compact first (automatic compaction is off): "
+        "expect the provider to reject it\n"
+    )
