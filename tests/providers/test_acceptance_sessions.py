@@ -14,10 +14,12 @@ API without changing what is being tested.
 
 A test reports every violation of its (model, window) at once, grouped by rule with a
 few examples, before it fails. Steps where the runtime raises a typed error
-(``ContextOverflowError``, e.g. compaction exhausted) are counted, not hidden: the step is
+(``ContextOverflowError``, e.g. compaction exhausted), or that are still over the window
+after ``simulate.MAX_OVERFLOW_RETRIES`` overflows, are counted, not hidden: the step is
 skipped, the recorded message is appended without usage (no provider answered) and the
-replay goes on. The counts of every run are also kept in pytest's cache under
-``acceptance/<model>/<window>`` (``pytest --cache-show 'acceptance/*/*'``).
+replay goes on. Bodies over the window are checked too, except for the window rule. The
+counts of every run are also kept in pytest's cache under ``acceptance/<model>/<window>``
+(``pytest --cache-show 'acceptance/*/*'``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import pytest
 from wire_checks import check
 
 from kilo_rules.compile import compile_policy
-from kilo_rules.errors import ContextOverflowError
+from kilo_rules.errors import ContextOverflowError, Diagnostic
 from kilo_rules.importers import import_file
 from kilo_rules.plan import Plan
 from kilo_rules.providers import signature_issuer
@@ -181,8 +183,8 @@ def sent_bodies(original: Session, plan: Plan) -> Iterator[Sent | Failed]:
             while size > window:  # the provider rejects it: compact in overflow mode, retry
                 yield Sent(step, msg.id, result, size, rejected=True)
                 overflows += 1
-                if overflows > MAX_OVERFLOW_RETRIES:
-                    raise RuntimeError(f"{msg.id}: still over the window after {overflows} tries")
+                if overflows > MAX_OVERFLOW_RETRIES:  # stuck, as simulate() declares it
+                    raise ContextOverflowError(Diagnostic("simulate.overflow-retries", msg.id))
                 runtime.overflowed(result.session)
                 result = runtime.step(result.session)
                 size = request_tokens(result, cache)
