@@ -177,34 +177,25 @@ def over_window(plan: Plan, result: TurnResult) -> str | None:
     """One line for the user when the request in ``result`` does not fit the context window
     of ``plan``'s model, else None.
 
-    "Fits" is judged with the numbers the plan chose its output cap from: the preflight
-    measure of the whole request (system and tools included, times
-    ``tokens.preflight_factor``, plus the media reserve), or the usage the provider reported
-    for the last step when that is larger; plus the output cap that was sent."""
-    cap = next((d for d in result.decisions if d.rule.startswith("cap.")), None)
-    if cap is None or not cap.inputs.get("context"):
-        return None  # a model without a known window cannot be over it
-    window = int(cap.inputs["context"])
-    media = int(cap.inputs.get("media") or 0)
-    estimated = int(cap.inputs["normalized"]) + media * plan.cap_settings().media_reserve
-    reported = int(cap.inputs.get("reported") or 0)
-    output = result.model_request.max_tokens or 0
-    total = max(estimated, reported) + output
-    if total <= window:
+    "Fits" is :attr:`TurnResult.fits`: the request's input as the plan's counter measures
+    it (system and tools included, no safety factor), plus the output cap sent, within the
+    window. Providers refuse a request over it as too long."""
+    if result.fits:
         return None
-    # The counter the step was measured with: the runtime keeps it with the plan, so the
-    # name shown is the one the numbers came from, fallbacks included.
-    counter = getattr(plan.memo.get("counter"), "name", None)
-    factor = plan.setting("tokens.preflight_factor", 1.3)
-    how = f"the preflight measure with counter {counter or '?'} and factor {factor:g}"
-    if reported > estimated:
-        size = f"{reported:,} input tokens (usage reported for the last step; {how}: {estimated:,})"
-    else:
-        size = f"{estimated:,} input tokens ({how})"
+    output = result.model_request.max_tokens or 0
+    total = result.input_tokens + output
     out = f"{output:,} output cap" if output else "no output cap"
+    cap = next((d for d in result.decisions if d.rule.startswith("cap.")), None)
+    reported = cap.inputs.get("reported") if cap is not None else None
+    how = (
+        "usage reported for the last step"
+        if reported == result.input_tokens
+        else f"counted with {result.counter}"
+    )
     return (
-        f"the request does not fit the context window of {plan.model.id}: {size} + {out} = "
-        f"{total:,} > {window:,}; {_next_step(result)}"
+        f"the request does not fit the context window of {plan.model.id}: "
+        f"{result.input_tokens:,} input tokens ({how}) + {out} = "
+        f"{total:,} > {result.context:,}; {_next_step(result)}"
     )
 
 
@@ -213,7 +204,7 @@ def _next_step(result: TurnResult) -> str:
     checks = [
         _check_text(d)
         for d in result.decisions
-        if d.stage == "guards" and d.rule in ("overflow", "preflight")
+        if d.stage == "guards" and d.rule in ("overflow", "preflight", "window")
     ]
     if result.compaction_needed:
         return f"the policy would compact first ({'; '.join(checks)})"
@@ -222,6 +213,7 @@ def _next_step(result: TurnResult) -> str:
 
 
 _LABELS = {"overflow": "last step used", "preflight": "preflight estimate"}
+_WINDOW = {"compact": "overflow.unfit: compact", "send": "overflow.unfit: send"}
 _NOT = {">=": "<", ">": "<="}
 
 
@@ -237,6 +229,10 @@ def _relative(at: str) -> str:
 
 def _check_text(d: Decision) -> str:
     where = f" at {_relative(d.at)}" if d.at else ""
+    if d.rule == "window":
+        if str(d.result) not in _WINDOW:  # e.g. "send: automatic compaction is off"
+            return str(d.result).partition(": ")[2]
+        return f"{_WINDOW[str(d.result)]}{where}"
     if isinstance(d.result, str):  # e.g. "skipped: mid tool loop"
         return f"{d.rule} {d.result}{where}"
     value = d.inputs.get("count", d.inputs.get("normalized", 0))

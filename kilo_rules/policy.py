@@ -169,6 +169,12 @@ class Overflow(_Section):
         None, description="The overflow limit (Kilo: min(usable, floor(window × pct / 100)))."
     )
     preflight: Preflight | None = Field(None, description="Preflight estimate (spec §4).")
+    unfit: Literal["compact", "send"] | None = Field(
+        None,
+        description="A request whose input plus output cap exceed the context window: "
+        "compact first, in overflow mode, as the provider's refusal would make Kilo do "
+        "(compact), or send it and let the provider refuse it (send, Kilo's round trip).",
+    )
 
 
 class Payload(_Section):

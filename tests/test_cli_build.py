@@ -192,9 +192,9 @@ def test_a_request_over_the_window_is_reported_and_fails_with_strict(
     # The last step of the log used 71,258 tokens, more than the request is estimated at.
     assert err == (
         "kilo-rules build: warning: the request does not fit the context window of "
-        "local/qwen: 71,258 input tokens (usage reported for the last step; the preflight "
-        "measure with counter estimate and factor 1.3: 63,026) + 4,096 output cap = 75,354 "
-        "> 32,768; the policy would compact first (last step used 71,258 >= limit 28,672 at "
+        "local/qwen: 71,258 input tokens (usage reported for the last step) + 4,096 output "
+        "cap = 75,354 > 32,768; the policy would compact first (last step used 71,258 >= "
+        "limit 28,672 at "
         f"{_where('kilo-default', 'overflow.limit')})\n"
     )
     assert main([*argv, "--strict"]) == EXIT_OVER_WINDOW == 3
@@ -216,7 +216,7 @@ def test_the_preflight_estimate_is_what_is_measured_without_usage(
     assert main([*argv, "--policy", "local-small"]) == EXIT_OVER_WINDOW
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "input tokens (the preflight measure with counter estimate*1.1 and factor 1.3)" in err
+    assert "input tokens (counted with estimate*1.1)" in err
     assert "+ 4,096 output cap = " in err and "> 32,768;" in err
     assert "the policy would compact first (preflight estimate " in err
     assert f">= limit 22,937 at {_where('local-small', 'overflow.preflight.enabled')})" in err

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..session import Message, Session
 from .context import StepInput
-from .guards import json_list_bytes, overflow, saving
+from .guards import json_list_bytes, overflow, saving, unfit
 from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import LowerSettings, lower
@@ -43,7 +43,23 @@ class TurnResult:
     decisions: list[Decision]
     mutations: list[dict[str, Any]]
     model_request: ModelRequest
-    compaction_needed: str | None = None  # "overflow" / "preflight" when Kilo would compact
+    # "overflow" / "preflight" when Kilo would compact, "window" when the request cannot fit
+    compaction_needed: str | None = None
+    #: The request's input as the plan's counter measures it (system and tools included,
+    #: no safety factor) or, when larger, the usage the provider reported for the last step;
+    #: and the model's context window (0: unknown).
+    input_tokens: int = 0
+    context: int = 0
+    counter: str = "estimate"  # the token counter that measured it
+
+    @property
+    def fits(self) -> bool:
+        """False when input plus the output cap sent exceed the context window.
+
+        Providers refuse such a request as too long (Anthropic and OpenAI count the output
+        cap against the window), so sending it only costs a round trip."""
+        output = self.model_request.max_tokens or 0
+        return not self.context or self.input_tokens + output <= self.context
 
     @property
     def warnings(self) -> list[Decision]:
@@ -258,13 +274,31 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
         rule = f"{d.get('rule', 'cache')}.{d.get('action', 'mark')}"
         r.decide("cache", rule, "cache.rule", rest, d.get("reason"), severity)
 
+    # The provider's view of the size: the plain count, without the preflight factor, or
+    # what the provider reported for the last step when that is more (this request holds
+    # all of that one and its answer).
+    input_tokens = max(m.chars + m.extra + m.tools, reported or 0)
+    window = plan.model.limits.context
+    if compaction_needed is None and window and input_tokens + (cap.value or 0) > window:
+        compaction_needed = unfit(r, input_tokens, cap.value, window)
+
     # 8. render
     from ..providers import render
 
     provider = step.provider or plan.model.api
     body = render(request, provider)
     r.decide("render", provider, None, {"messages": len(request.messages)}, "rendered")
-    return TurnResult(body, provider, r.decisions, r.mutations, request, compaction_needed)
+    return TurnResult(
+        body,
+        provider,
+        r.decisions,
+        r.mutations,
+        request,
+        compaction_needed,
+        input_tokens,
+        window,
+        str(getattr(r.counter, "name", "estimate")),
+    )
 
 
 _INJECT_SETTINGS = {

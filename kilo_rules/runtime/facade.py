@@ -174,7 +174,8 @@ class Runtime:
         while reason is not None:
             self._count_attempt(session)
             decisions.extend(result.decisions)
-            overflow = {"provider": True, "preflight": False}.get(reason)
+            # A request that cannot fit is compacted as the provider's refusal would be.
+            overflow = {"provider": True, "window": True, "preflight": False}.get(reason)
             done = compact(
                 self.plan, session, self.summarizer, overflow=overflow, count=self.counter.count
             )

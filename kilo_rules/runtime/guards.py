@@ -39,6 +39,33 @@ def saving(messages: Sequence[Message], parts: set[str], r: StepRun) -> int:
     return saved
 
 
+def compacts_automatically(r: StepRun) -> bool:
+    """Whether the policy (and the environment) let the runtime compact on its own."""
+    if not r.setting("overflow.auto", True) or not r.setting("compaction.auto", True):
+        return False
+    return r.plan.config.get("config.compaction.auto") is not False  # KILO_DISABLE_AUTOCOMPACT
+
+
+def unfit(r: StepRun, input_tokens: int, output: int | None, window: int) -> str | None:
+    """The request does not fit: ``"window"`` when the policy compacts before sending it.
+
+    A provider refuses a request whose input plus output cap exceed the window, and Kilo
+    then compacts in overflow mode; ``overflow.unfit: compact`` does that compaction
+    without the round trip that cannot succeed, ``send`` sends it as Kilo does."""
+    action = r.setting("overflow.unfit", "compact")
+    auto = compacts_automatically(r)
+    result = action if auto or action == "send" else "send: automatic compaction is off"
+    r.decide(
+        "guards",
+        "window",
+        "overflow.unfit",
+        {"input": input_tokens, "output": output, "context": window},
+        result,
+        "warning",
+    )
+    return "window" if result == "compact" else None
+
+
 def overflow(
     r: StepRun,
     view: Sequence[Message],
@@ -47,9 +74,7 @@ def overflow(
     ctx: dict[str, Any],
 ) -> str | None:
     plan = r.plan
-    if not r.setting("overflow.auto", True) or not r.setting("compaction.auto", True):
-        return None
-    if plan.config.get("config.compaction.auto") is False:  # KILO_DISABLE_AUTOCOMPACT
+    if not compacts_automatically(r):
         return None
     if plan.model.limits.context == 0:
         return None

@@ -44,6 +44,14 @@ def request_tokens(result: Any) -> int:
     return measure(req.messages, req.tools, factor=1.0, counter=estimate).raw
 
 
+def preempted(result: Any) -> bool:
+    """The step compacted because its request could not fit (``overflow.unfit: compact``)."""
+    return any(
+        d.stage == "guards" and d.rule == "window" and d.result == "compact"
+        for d in result.decisions
+    )
+
+
 def _kilo_says_compact(plan: Plan, session: Session) -> bool:
     view = project(session.messages)
     done = [m for m in view if m.role == "assistant" and m.finish is not None]
@@ -67,10 +75,15 @@ def replay(original: Session, plan: Plan, summarizer: Summarizer) -> Replay:
             continue
         expected = _kilo_says_compact(plan, live)
         result = runtime.step(live)
-        if (result.compactions > 0) != expected:
+        if preempted(result):
+            # Kilo would have sent it, had it refused and compacted in overflow mode: the
+            # runtime ran that compaction without the round trip.
+            out.provider_overflows += 1
+        elif (result.compactions > 0) != expected:
             out.mismatches.append(f"{msg.id}: compacted={result.compactions} expected={expected}")
         size = request_tokens(result)
-        while size > window:  # the provider rejects it: compact in overflow mode, retry
+        # A provider refuses a request whose input plus output cap exceed the window.
+        while size + (result.turn.model_request.max_tokens or 0) > window:
             out.provider_overflows += 1
             out.compactions += result.compactions
             out.mutations.extend(result.mutations)

@@ -139,3 +139,45 @@ def test_view_after_step_has_the_summary_first() -> None:
     result = Runtime(PLAN, FakeSummarizer()).step(_session(18_000))
     view = project(result.session.messages)
     assert view[1].summary and view[0].metadata["kilo_rules"] == "compaction-request"
+
+
+def _grown_by_a_tool(output_tokens: int) -> Session:
+    """A tool loop whose last result is big: the previous step's usage was small, so
+    neither the usage count nor (mid tool loop) the preflight estimate asks to compact."""
+    return session(
+        user("u1", "first"),
+        assistant("a1", text("a1t", chars(3_000))),
+        user("u2", "second"),
+        assistant(
+            "a2",
+            text("a2t", "reading"),
+            tool("t1", chars(output_tokens)),
+            tokens=TokenUsage(input=8_000, output=100),
+        ),
+    )
+
+
+def test_a_request_that_cannot_fit_is_compacted_before_it_is_sent() -> None:
+    runtime = Runtime(PLAN, FakeSummarizer())
+    fits = runtime.step(_grown_by_a_tool(4_000))
+    assert fits.compactions == 0 and fits.turn.fits
+    assert not any(d.rule == "window" for d in fits.decisions)
+    first = PLAN.apply(_grown_by_a_tool(16_000))
+    assert first.compaction_needed == "window" and not first.fits
+    window = next(d for d in first.decisions if d.rule == "window")
+    assert window.result == "compact" and window.severity == "warning"
+    assert window.inputs["input"] + window.inputs["output"] > window.inputs["context"] == 20_000
+    assert window.at is not None and window.at.endswith(str(PLAN.locate("overflow.unfit")))
+    step = runtime.step(_grown_by_a_tool(16_000))
+    assert step.compactions == 1 and step.turn.fits
+    # The compaction is the one a provider's refusal would cause: overflow mode.
+    part = next(p for m in step.session.messages for p in m.parts if p.type == "compaction")
+    assert part.overflow is True
+
+
+def test_overflow_unfit_send_leaves_it_to_the_provider(tmp_path: Path) -> None:
+    plan = derived(tmp_path, "overflow: {unfit: send}")
+    result = plan.apply(_grown_by_a_tool(16_000))
+    assert result.compaction_needed is None and not result.fits
+    assert next(d for d in result.decisions if d.rule == "window").result == "send"
+    assert Runtime(plan, FakeSummarizer()).step(_grown_by_a_tool(16_000)).compactions == 0
