@@ -124,6 +124,43 @@ def _place(
         else:
             budget = f"{why}; over the budget of {settings.budget} (later marks kept)"
             decisions.append(_record(request, "skip", spot, budget))
+    return _longest_first(request, decisions)
+
+
+def _longest_first(
+    request: ModelRequest, decisions: list[dict[str, Any]]
+) -> tuple[ModelRequest, list[dict[str, Any]]]:
+    """Raise the marks this stage added before a one-hour mark to one hour.
+
+    Anthropic (and Claude on Bedrock) refuse a one-hour breakpoint that follows a
+    five-minute one; a client's one-hour mark late in the conversation means the whole
+    prefix before it is to be kept that long anyway. Client marks are never changed: two
+    of them in the wrong order are reported."""
+    marks = _existing(request)
+    hours = [_position(request, spot) for spot, mark in marks if mark.ttl == "1h"]
+    if not hours:
+        return request, decisions
+    last_hour = max(hours)
+    for spot, mark in marks:
+        if mark.ttl == "1h" or _position(request, spot) >= last_hour:
+            continue
+        target = _target(spot)
+        if mark.client:
+            decisions.append(
+                {
+                    "action": "warn",
+                    "target": target,
+                    "role": _role(request, spot),
+                    "reason": "a client mark shorter than 1h comes before a 1h mark; "
+                    "the provider will refuse the request",
+                }
+            )
+            continue
+        request = _set(request, spot, CacheMark(ttl="1h", client=False))
+        for d in decisions:
+            if d["action"] == "mark" and d["target"] == target:
+                d["ttl"] = "1h"
+                d["reason"] += "; raised to 1h: a 1h mark follows and longer TTLs come first"
     return request, decisions
 
 
@@ -262,6 +299,10 @@ def _target(spot: Spot) -> str:
     return ".".join(f"{name}[{index}]" for name, index in zip(spot[::2], spot[1::2], strict=True))
 
 
+def _role(request: ModelRequest, spot: Spot) -> str | None:
+    return request.messages[int(spot[1])].role if spot[0] == "messages" else None
+
+
 def _record(
     request: ModelRequest,
     action: str,
@@ -271,8 +312,7 @@ def _record(
     ttl: str | None = None,
     client: bool | None = None,
 ) -> dict[str, Any]:
-    role = request.messages[int(spot[1])].role if spot[0] == "messages" else None
-    out: dict[str, Any] = {"action": action, "target": _target(spot), "role": role}
+    out: dict[str, Any] = {"action": action, "target": _target(spot), "role": _role(request, spot)}
     out["reason"] = reason
     if action == "mark":
         out["ttl"] = ttl

@@ -226,3 +226,30 @@ def test_gemini_function_call_signatures_are_sent_back() -> None:
     assert calls == [
         {"functionCall": {"id": "c1", "name": "read", "args": {}}, "thoughtSignature": "c2lnbmVk"}
     ]
+
+
+def test_marks_before_a_client_one_hour_mark_are_raised_to_one_hour() -> None:
+    # Anthropic refuses a 1h breakpoint after a 5m one; the policy's own system marks come
+    # before the client's 1h mark, so they are raised rather than sent in the wrong order.
+    from kilo_rules.providers.acceptance import check_body
+
+    marked = Message(
+        id="u1",
+        role="user",
+        parts=[
+            TextPart(
+                id="p",
+                text="big stable doc",
+                metadata={"cache_control": {"type": "ephemeral", "ttl": "1h"}},
+            )
+        ],
+    )
+    s = session(marked, assistant("a1", text("t", "ok")), user("u2", "q"))
+    result = compile_policy("kilo-default", model()).apply(s, StepInput())
+    assert result.request["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    later = result.request["messages"][-1]["content"][-1]["cache_control"]
+    assert later == {"type": "ephemeral"}  # after the 1h mark: left at 5 minutes
+    raised = [d for d in result.decisions if "raised to 1h" in str(d.result)]
+    assert [d.inputs["target"] for d in raised] == ["messages[0]"]
+    assert raised[0].inputs["ttl"] == "1h"
+    assert check_body(result.request, "anthropic") == []
