@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -24,3 +25,30 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def _engine_bodies_are_acceptable(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every body the engine builds in any test keeps the providers' acceptance rules.
+
+    ``Plan.apply`` is wrapped so that each request it returns is run through
+    ``check_body`` with the model it was built for; a test that builds a refused body on
+    purpose says so with ``@pytest.mark.unchecked_bodies``. The window rule is left to the
+    tests that replay sessions: a single ``apply`` may build an over-window request that
+    the runtime then compacts."""
+    if request.node.get_closest_marker("unchecked_bodies"):
+        return
+    from kilo_rules.providers.acceptance import BodyContext, check_body
+    from kilo_rules.runtime import apply as apply_module
+
+    build = apply_module.apply_plan
+
+    def checked(plan: Any, session: Any, step: Any = None) -> Any:
+        result = build(plan, session, step)
+        problems = check_body(result.request, result.provider, BodyContext(plan.model.api_id))
+        assert not problems, "\n".join(str(p) for p in problems)
+        return result
+
+    monkeypatch.setattr(apply_module, "apply_plan", checked)

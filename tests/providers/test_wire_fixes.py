@@ -288,3 +288,23 @@ def test_lowering_records_who_signed() -> None:
         assert isinstance(reasoning, Reasoning) and isinstance(call, ToolCall)
         assert reasoning.origin == call.origin == origin
         assert signature_issuer(model) == origin
+
+
+def test_the_suite_checks_every_body_the_engine_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tests/conftest.py wraps Plan.apply; with the blank-text rule undone, a Claude Code
+    # style turn ("\n\n" text before a tool call) must be refused by that wrapper.
+    import kilo_rules.providers.anthropic as anthropic
+    from kilo_rules.compile import compile_policy
+    from kilo_rules.runtime.context import StepInput
+    from tests.runtime.helpers import assistant, session, text, tool, user
+
+    log = session(
+        user("u1", "fix it"),
+        assistant("a1", text("a1t", BLANK), tool("t1", "file body")),
+        user("u2", "go on"),
+    )
+    plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
+    plan.apply(log, StepInput())  # passes the wrapper as it is
+    monkeypatch.setattr(anthropic, "is_blank_text", lambda part: False)
+    with pytest.raises(AssertionError, match="text-not-blank"):
+        plan.apply(log, StepInput())
