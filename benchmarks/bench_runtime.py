@@ -31,7 +31,7 @@ from typing import Any
 from kilo_rules import compile as compile_module
 from kilo_rules.catalog import model_from_data
 from kilo_rules.compile import compile_policy
-from kilo_rules.importers import import_file
+from kilo_rules.importers import read_session
 from kilo_rules.plan import Plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.session import Session, TextPart, ToolPart
@@ -85,7 +85,7 @@ def main(argv: list[str]) -> None:
     """Print the figures (and a profile with ``--profile``)."""
     args = [a for a in argv if not a.startswith("--")]
     path = Path(args[0]) if args else (LARGEST if LARGEST.exists() else FALLBACK)
-    full = without_recorded_compactions(import_file(path))
+    full = without_recorded_compactions(read_session(path))
     last_assistant = max(i for i, m in enumerate(full.messages) if m.role == "assistant")
     step = full.model_copy(update={"messages": full.messages[:last_assistant]})
     nxt = full.model_copy(update={"messages": full.messages[: last_assistant + 1]})

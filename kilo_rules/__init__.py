@@ -26,8 +26,9 @@ from .errors import (
     PolicyError,
     SessionError,
 )
-from .importers import detect_format, import_file
+from .importers import detect_format, import_file, read_session
 from .plan import Plan
+from .providers.acceptance import BodyContext, Violation, check_body
 from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
 from .runtime.apply import Decision, TurnResult
 from .runtime.compaction import CompactionResult, compact
@@ -51,6 +52,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "BodyContext",
     "Catalog",
     "CatalogError",
     "CheckReport",
@@ -82,11 +84,13 @@ __all__ = [
     "SummarizerError",
     "SummaryRequest",
     "TurnResult",
+    "Violation",
     "Workspace",
     "__version__",
     "apply_mutations",
     "bundled_catalog",
     "bundled_policy_names",
+    "check_body",
     "check_paths",
     "cleanup_spill_dir",
     "compact",
@@ -96,6 +100,7 @@ __all__ = [
     "import_file",
     "load_session",
     "model_from_data",
+    "read_session",
     "resolve_policy",
     "session_from_data",
     "session_from_json",

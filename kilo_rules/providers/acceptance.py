@@ -21,7 +21,7 @@ from itertools import pairwise
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ..errors import CatalogError, Diagnostic, did_you_mean
+from . import _check as _check_api
 from . import _wireview as wire
 from ._wireview import Turn, View
 
@@ -574,18 +574,7 @@ def _output_within_window(view: View, rules: ApiRules, ctx: BodyContext) -> Foun
 
 
 def _rules(api: str) -> ApiRules:
-    if api not in RULES:
-        guess = did_you_mean(api, RULES)
-        raise CatalogError(
-            Diagnostic(
-                "provider.unknown-api",
-                f"unknown wire API {api!r}",
-                details={"known": sorted(RULES)},
-                hint=f"did you mean {guess!r}?"
-                if guess
-                else f"use one of {', '.join(sorted(RULES))}",
-            )
-        )
+    _check_api(api)  # the renderers' error for an unknown API, with its did-you-mean
     return RULES[api]
 
 
