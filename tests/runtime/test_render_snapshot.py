@@ -20,7 +20,7 @@ import pytest
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.importers import import_file
-from kilo_rules.runtime.context import StepInput
+from kilo_rules.runtime.context import StepInput, Workspace
 from kilo_rules.session import Session
 
 from .test_trajectories import LOGS, MODELS
@@ -28,6 +28,10 @@ from .test_trajectories import LOGS, MODELS
 SNAPSHOT = Path(__file__).parent / "snapshots" / "renders.json"
 POLICIES = ("kilo-default", "local-small", "cache-max")
 CUTS = 5  # request points per session
+# A workspace that exists nowhere: no instruction file of this machine (a global
+# ~/.claude/CLAUDE.md, an AGENTS.md above the checkout) can reach the requests.
+NOWHERE = "/nonexistent/kilo-rules-snapshot"
+STEP = StepInput(workspace=Workspace(cwd=NOWHERE, root=NOWHERE, home=f"{NOWHERE}/home"))
 
 
 @cache
@@ -47,7 +51,7 @@ def _hashes(log: Path, policy: str) -> dict[str, str]:
     for api, entry in MODELS.items():
         plan = compile_policy(policy, entry)
         for prefix in _prefixes(session):
-            body = plan.apply(prefix, StepInput()).body()
+            body = plan.apply(prefix, STEP).body()
             key = f"{api}@{len(prefix.messages)}"
             out[key] = hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
     return out
