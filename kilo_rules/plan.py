@@ -18,10 +18,10 @@ from .errors import Location
 from .expr import CompiledExpr
 
 if TYPE_CHECKING:
+    from .request import ModelRequest
     from .runtime.apply import TurnResult
     from .runtime.cache import CacheSettings
     from .runtime.context import StepInput
-    from .runtime.messages import ModelRequest
     from .runtime.output import CapDecision, CapSettings
     from .session import Session
     from .truncate import TruncateResult

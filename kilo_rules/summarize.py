@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .runtime.messages import ModelMessage
+from .request import ModelMessage
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Provider wire formats: the exact JSON body a request is sent as, one module per API.
 
-:func:`render` turns the provider-neutral :class:`~kilo_rules.runtime.messages.ModelRequest`
+:func:`render` turns the provider-neutral :class:`~kilo_rules.request.ModelRequest`
 into the body for one wire API, :func:`endpoint` gives the URL path it is posted to, and
 :func:`count_markers` counts the cache breakpoints a rendered body carries. Each module's
 docstring says what it does with system text, tools, media, reasoning and cache marks.
@@ -22,7 +22,7 @@ from typing import Any
 
 from ..catalog import signature_issuer
 from ..errors import CatalogError, Diagnostic, did_you_mean
-from ..runtime.messages import ModelRequest
+from ..request import ModelRequest
 from . import anthropic, bedrock, gemini, openai, openai_compatible
 
 __all__ = [

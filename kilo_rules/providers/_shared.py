@@ -13,7 +13,7 @@ import hashlib
 import re
 from typing import Any
 
-from ..runtime.messages import (
+from ..request import (
     CacheMark,
     Media,
     Part,

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.messages import (
+from ..request import (
     CacheMark,
     Media,
     ModelMessage,

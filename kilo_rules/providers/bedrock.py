@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..catalog import signature_issuer
-from ..runtime.messages import (
+from ..request import (
     CacheMark,
     Media,
     ModelMessage,

@@ -40,7 +40,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from ..runtime.messages import (
+from ..request import (
     Media,
     ModelMessage,
     ModelRequest,

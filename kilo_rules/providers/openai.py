@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime.messages import (
+from ..request import (
     CacheMark,
     Media,
     ModelMessage,

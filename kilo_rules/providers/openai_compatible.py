@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.messages import CacheMark, ModelRequest
+from ..request import CacheMark, ModelRequest
 from .openai import Dialect, render_chat
 
 ENDPOINT = "/chat/completions"  # relative to the server's base URL (often ending in /v1)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..request import ModelMessage, ModelRequest, Text, ToolSpec
 from ..session import Message, Session
 from .context import StepInput
 from .guards import json_list_bytes, overflow, saving, unfit
@@ -22,7 +23,6 @@ from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import LowerSettings, lower
 from .measure import count_json_list, measure
-from .messages import ModelMessage, ModelRequest, Text, ToolSpec
 from .output import cap_output
 from .prune import apply_marks, prune, prune_settings
 from .system import build_system, step_instructions

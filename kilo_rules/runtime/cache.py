@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from .messages import CacheMark, ModelMessage, ModelRequest, Part, Text, ToolResult
+from ..request import CacheMark, ModelMessage, ModelRequest, Part, Text, ToolResult
 
 #: Where a mark sits: ("tools", i), ("messages", i), ("messages", i, "parts", j) or
 #: ("messages", i, "parts", j, "content", k) for a part inside a tool result.

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Diagnostic, Location, PolicyError
+from ..request import Media, ModelMessage, Part, Reasoning, Text, ToolCall, ToolResult
 from ..summarize import Summarizer, SummarizerError, SummaryRequest
 from ..truncate import truncate_for_summary
 from .lower import LowerSettings
 from .measure import messages_json
-from .messages import Media, ModelMessage, Part, Reasoning, Text, ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from ..plan import Plan

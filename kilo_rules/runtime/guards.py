@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..request import ModelMessage, ToolSpec
 from ..session import Message
 from .measure import measure
-from .messages import ModelMessage, ToolSpec
 from .trace import StepRun, count_fields, last_finished, usage_count
 
 

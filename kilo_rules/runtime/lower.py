@@ -20,6 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..catalog import signature_issuer
+from ..request import (
+    CacheMark,
+    Media,
+    ModelMessage,
+    Part,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 from ..session import (
     CompactionPart,
     FilePart,
@@ -31,16 +41,6 @@ from ..session import (
 )
 from .history import has_non_synthetic_part
 from .memo import IdentityLRU
-from .messages import (
-    CacheMark,
-    Media,
-    ModelMessage,
-    Part,
-    Reasoning,
-    Text,
-    ToolCall,
-    ToolResult,
-)
 
 INTERRUPTED = "[Tool execution was interrupted]"
 MEDIA_MIME_PREFIXES = ("image/", "application/pdf")

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..request import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult, ToolSpec
 from .memo import IdentityLRU
-from .messages import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult, ToolSpec
 
 MEDIA_PLACEHOLDER = "[encoded media]"
 REASONING_PLACEHOLDER = "[opaque reasoning state]"

@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..request import ModelMessage, Text, ToolCall, ToolResult
 from .context import Workspace
-from .messages import ModelMessage, Text, ToolCall, ToolResult
 
 READ_TOOLS = frozenset({"read", "Read", "view", "read_file"})
 PATH_KEYS = ("filePath", "file_path", "path")

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runtime.messages import ModelMessage, Text, ToolCall, ToolResult
+from ..request import ModelMessage, Text, ToolCall, ToolResult
 from ._shared import one_line, result_text
 
 # Blocks the runtime injects into user turns; they are context, not the user's words.

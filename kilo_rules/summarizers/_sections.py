@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
-from ..runtime.messages import ModelMessage
+from ..request import ModelMessage
 from ._facts import Call, Facts, error_lines, gather, urls
 from ._shared import clip, one_line, result_text
 

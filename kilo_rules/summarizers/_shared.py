@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..runtime.messages import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult
+from ..request import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult
 
 __all__ = [
     "DEFAULT_HEADINGS",

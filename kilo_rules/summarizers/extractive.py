@@ -8,7 +8,7 @@ and error lines are copied byte-exact. A rolling update keeps the previous text'
 adds the new ones and drops duplicates.
 
 >>> from kilo_rules.summarize import SummaryRequest
->>> from kilo_rules.runtime.messages import ModelMessage, Text
+>>> from kilo_rules.request import ModelMessage, Text
 >>> head = (ModelMessage("user", (Text("Fix the parser. Never touch the lexer."),)),)
 >>> text = ExtractiveSummarizer().summarize(SummaryRequest("", head, 1000))
 >>> print(text.split("\\n\\n")[1])

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from kilo_rules.request import ModelMessage, Text, ToolCall, ToolResult
 from kilo_rules.runtime.chunks import (
     ChunkSettings,
     SmallModel,
@@ -17,7 +18,6 @@ from kilo_rules.runtime.chunks import (
     summarize_chunked,
 )
 from kilo_rules.runtime.compaction import compact
-from kilo_rules.runtime.messages import ModelMessage, Text, ToolCall, ToolResult
 from kilo_rules.summarize import SummarizerError, SummaryRequest
 from kilo_rules.tokens import estimate
 

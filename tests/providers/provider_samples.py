@@ -4,7 +4,7 @@ A plain module rather than a conftest, so that tests can import it by a unique n
 
 from __future__ import annotations
 
-from kilo_rules.runtime.messages import (
+from kilo_rules.request import (
     Media,
     ModelMessage,
     ModelRequest,

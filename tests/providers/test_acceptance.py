@@ -20,8 +20,8 @@ from provider_samples import sample_request
 from kilo_rules.errors import CatalogError
 from kilo_rules.providers import APIS, render
 from kilo_rules.providers.acceptance import RULES, BodyContext, check_body, rules_for
+from kilo_rules.request import ModelRequest
 from kilo_rules.runtime.cache import CacheSettings, place_markers
-from kilo_rules.runtime.messages import ModelRequest
 
 Mutate = Callable[[Any], None]
 

@@ -7,8 +7,7 @@ from dataclasses import replace
 from provider_samples import ENV, sample_request
 
 from kilo_rules.providers import count_markers, render
-from kilo_rules.runtime.cache import CacheSettings, place_markers
-from kilo_rules.runtime.messages import (
+from kilo_rules.request import (
     CacheMark,
     Media,
     ModelMessage,
@@ -18,6 +17,7 @@ from kilo_rules.runtime.messages import (
     ToolCall,
     ToolResult,
 )
+from kilo_rules.runtime.cache import CacheSettings, place_markers
 
 
 def marks(request: ModelRequest) -> list[str]:

@@ -14,8 +14,8 @@ import pytest
 from provider_samples import sample_request
 
 from kilo_rules.providers import APIS, endpoint, render
+from kilo_rules.request import ModelRequest
 from kilo_rules.runtime.cache import CacheSettings, place_markers
-from kilo_rules.runtime.messages import ModelRequest
 
 GOLDEN = Path(__file__).parent / "golden"
 

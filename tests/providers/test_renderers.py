@@ -8,7 +8,7 @@ import kilo_rules.providers as providers
 from kilo_rules.errors import CatalogError
 from kilo_rules.providers import APIS, PROVIDER_BREAKPOINT_LIMITS, count_markers, render
 from kilo_rules.providers._shared import sanitize_call_id
-from kilo_rules.runtime.messages import (
+from kilo_rules.request import (
     Media,
     ModelMessage,
     ModelRequest,

@@ -10,9 +10,7 @@ import pytest
 from kilo_rules.catalog import signature_issuer
 from kilo_rules.providers import APIS, render
 from kilo_rules.providers.gemini import FOREIGN_CALL_SIGNATURE, requires_call_signatures
-from kilo_rules.runtime.cache import CacheSettings, place_markers
-from kilo_rules.runtime.lower import LowerSettings, lower
-from kilo_rules.runtime.messages import (
+from kilo_rules.request import (
     CacheMark,
     ModelMessage,
     ModelRequest,
@@ -21,6 +19,8 @@ from kilo_rules.runtime.messages import (
     ToolCall,
     ToolResult,
 )
+from kilo_rules.runtime.cache import CacheSettings, place_markers
+from kilo_rules.runtime.lower import LowerSettings, lower
 from kilo_rules.session import Message, ReasoningPart, TextPart, ToolPart
 
 BLANK = "\n\n"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kilo_rules.compile import compile_policy
+from kilo_rules.request import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.runtime.measure import measure, messages_json
-from kilo_rules.runtime.messages import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult
 from kilo_rules.tokens import estimate
 
 from .helpers import assistant, model, session, text, tool, user

@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 
 from kilo_rules.compile import compile_policy
+from kilo_rules.request import Media, Text, ToolResult
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.runtime.history import project, turns
 from kilo_rules.runtime.lower import INTERRUPTED, LowerSettings, lower
-from kilo_rules.runtime.messages import Media, Text, ToolResult
 from kilo_rules.session import (
     CompactionPart,
     FilePart,

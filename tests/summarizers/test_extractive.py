@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kilo_rules.importers import import_file
-from kilo_rules.runtime.lower import LowerSettings, lower
-from kilo_rules.runtime.messages import (
+from kilo_rules.request import (
     Media,
     ModelMessage,
     Part,
@@ -21,6 +20,7 @@ from kilo_rules.runtime.messages import (
     ToolCall,
     ToolResult,
 )
+from kilo_rules.runtime.lower import LowerSettings, lower
 from kilo_rules.summarize import Summarizer, SummaryRequest
 from kilo_rules.summarizers import ExtractiveSummarizer, extractive
 from kilo_rules.summarizers._shared import DEFAULT_HEADINGS, parse_headings

@@ -7,7 +7,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from kilo_rules.runtime.messages import ModelMessage, Text, ToolCall, ToolResult
+from kilo_rules.request import ModelMessage, Text, ToolCall, ToolResult
 from kilo_rules.summarize import Summarizer, SummarizerError, SummaryRequest
 from kilo_rules.summarizers import ANTHROPIC_VERSION, HttpSummarizer
 
