@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 Severity = Literal["error", "warning"]
@@ -32,6 +33,19 @@ class Location:
     def shifted(self, line_offset: int, col: int) -> Location:
         """A location ``line_offset`` lines below this one, at column ``col``."""
         return Location(self.file, self.line + line_offset, col)
+
+    def relative(self, cwd: Path | None = None) -> Location:
+        """This location with its file shown relative to ``cwd`` (default: the working
+        directory), as people read paths. A file outside ``cwd``, or a pseudo-file such as
+        ``<stdin>``, is returned unchanged."""
+        if not self.file or self.file.startswith("<"):
+            return self
+        try:
+            base = (cwd or Path.cwd()).resolve()
+            rel = Path(self.file).resolve().relative_to(base)
+        except (ValueError, OSError):  # elsewhere, or the working directory is gone
+            return self
+        return Location(str(rel), self.line, self.col, self.end_line, self.end_col)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "line": self.line, "col": self.col}
