@@ -10,10 +10,9 @@ locations are 1-based.
 
 from __future__ import annotations
 
-import bisect
 import importlib.resources
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,12 @@ from yaml.scanner import Scanner
 
 from .errors import Diagnostic, Location, PolicyError
 
-JsonPath = tuple[str | int, ...]
+# Re-exported: the source map a document carries is defined in source.py, beside the JSON
+# one, and the modules that take documents from here keep importing these names from here.
+from .source import Document as Document
+from .source import JsonPath as JsonPath
+from .source import ScalarInfo as ScalarInfo
+from .source import lookup as lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,90 +56,6 @@ _STANDARD_TAGS = {
     "tag:yaml.org,2002:seq",
     "tag:yaml.org,2002:timestamp",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class ScalarInfo:
-    """Where a string scalar sits in the source, to locate positions inside it."""
-
-    style: str | None  # None (plain), "'", '"', "|", ">"
-    start: int  # character offset of the scalar's first source character
-    end: int
-
-
-@dataclass
-class Document:
-    """A loaded YAML document: its data and where every value came from."""
-
-    file: str
-    text: str
-    data: Any
-    values: dict[JsonPath, Location] = field(default_factory=dict)
-    keys: dict[JsonPath, Location] = field(default_factory=dict)
-    scalars: dict[JsonPath, ScalarInfo] = field(default_factory=dict)
-    _line_starts: list[int] | None = field(default=None, repr=False)
-
-    def _pos(self, offset: int) -> Location:
-        if self._line_starts is None:
-            starts = [0]
-            starts.extend(i + 1 for i, ch in enumerate(self.text) if ch == "\n")
-            self._line_starts = starts
-        ln = bisect.bisect_right(self._line_starts, offset) - 1
-        return Location(self.file, ln + 1, offset - self._line_starts[ln] + 1)
-
-    def locate(self, path: JsonPath) -> Location:
-        """Location of the value at ``path``, or of its nearest located ancestor."""
-        for cut in range(len(path), -1, -1):
-            loc = self.values.get(path[:cut])
-            if loc is not None:
-                return loc
-        return Location(self.file, 1, 1)
-
-    def locate_key(self, path: JsonPath) -> Location:
-        """Location of the mapping key that names ``path`` (falls back to the value)."""
-        return self.keys.get(path) or self.locate(path)
-
-    def locate_in_scalar(self, path: JsonPath, offset: int) -> Location:
-        """Location of character ``offset`` of the string value at ``path``.
-
-        Works for plain, quoted and block scalars by walking the source and the value in
-        step: every non-blank value character is matched to its next occurrence in the
-        source span, which skips indentation, quotes and folding."""
-        info = self.scalars.get(path)
-        value = lookup(self.data, path)
-        if info is None or not isinstance(value, str):
-            return self.locate(path)
-        src = self.text
-        i = info.start
-        if info.style in ("|", ">"):
-            nl = src.find("\n", i)
-            i = info.end if nl < 0 else nl + 1
-        elif info.style in ("'", '"'):
-            i += 1
-        end = info.end
-        for ch in value[: max(0, offset)]:
-            if ch.isspace():
-                continue
-            j = src.find(ch, i, end)
-            if j < 0:
-                break
-            i = j + 1
-        while i < end and offset < len(value) and src[i] != value[offset] and src[i].isspace():
-            i += 1
-        return self._pos(min(i, max(info.start, end - 1)) if end > info.start else info.start)
-
-
-def lookup(data: Any, path: JsonPath, default: Any = None) -> Any:
-    """The value at ``path`` in JSON-like data, or ``default`` where the path breaks off."""
-    for p in path:
-        if isinstance(data, dict) and p in data:
-            data = data[p]
-            continue
-        if isinstance(data, list) and isinstance(p, int) and 0 <= p < len(data):
-            data = data[p]
-            continue
-        return default
-    return data
 
 
 class _Loader(Reader, Scanner, yaml.parser.Parser, Composer, SafeConstructor, Resolver):

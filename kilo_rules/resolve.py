@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import Diagnostic, Location, PolicyError
-from .load import DEFAULT_LIMITS, Document, JsonPath, Limits, load_yaml_file, resource_root
+from .load import DEFAULT_LIMITS, Limits, load_yaml_file, resource_root
+from .source import Document, JsonPath, nearest
 from .validate import schema_diagnostics
 
 
@@ -54,12 +55,11 @@ class ResolvedPolicy:
 
     def locate(self, path: JsonPath) -> Location:
         """Where the value at ``path`` of the merged policy was written."""
-        for cut in range(len(path), -1, -1):
-            hit = self.origin.get(path[:cut])
-            if hit is not None:
-                doc, dpath = hit
-                return doc.locate((*dpath, *path[cut:]))
-        return Location(self.file, 1, 1)
+        hit = nearest(self.origin, path)
+        if hit is None:
+            return Location(self.file, 1, 1)
+        (doc, dpath), rest = hit
+        return doc.locate((*dpath, *rest))
 
     def locate_in_scalar(self, path: JsonPath, offset: int) -> Location:
         """Where character ``offset`` of the string at ``path`` was written."""
