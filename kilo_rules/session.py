@@ -10,7 +10,6 @@ Times are integer milliseconds since the Unix epoch.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import Diagnostic, Location, SessionError
+from .source import JsonText, nearest
 
 
 class _Model(BaseModel):
@@ -208,74 +208,6 @@ def is_session_v1(data: Any) -> bool:
     return version == 1 and not isinstance(version, bool) and isinstance(data.get("messages"), list)
 
 
-def _json_locator(text: str, file: str) -> dict[tuple[str | int, ...], Location]:
-    """Map each JSON path of ``text`` to the position of its value (small recursive scanner).
-
-    Only used to locate validation errors, so it trades speed for having no dependency."""
-    positions: dict[tuple[str | int, ...], Location] = {}
-    line_starts = [0]
-    for i, ch in enumerate(text):
-        if ch == "\n":
-            line_starts.append(i + 1)
-
-    import bisect
-
-    def loc(i: int) -> Location:
-        ln = bisect.bisect_right(line_starts, i) - 1
-        return Location(file, ln + 1, i - line_starts[ln] + 1)
-
-    decoder = json.JSONDecoder()
-    ws = " \t\r\n"
-
-    def skip(i: int) -> int:
-        while i < len(text) and text[i] in ws:
-            i += 1
-        return i
-
-    def value(i: int, path: tuple[str | int, ...]) -> int:
-        i = skip(i)
-        positions[path] = loc(i)
-        if i >= len(text):
-            return i
-        ch = text[i]
-        if ch == "{":
-            i = skip(i + 1)
-            if i < len(text) and text[i] == "}":
-                return i + 1
-            while i < len(text):
-                i = skip(i)
-                key, i = decoder.raw_decode(text, i)
-                i = skip(i)
-                i = value(i + 1, (*path, str(key)))
-                i = skip(i)
-                if i < len(text) and text[i] == ",":
-                    i += 1
-                    continue
-                return i + 1
-            return i
-        if ch == "[":
-            i = skip(i + 1)
-            if i < len(text) and text[i] == "]":
-                return i + 1
-            n = 0
-            while i < len(text):
-                i = value(i, (*path, n))
-                n += 1
-                i = skip(i)
-                if i < len(text) and text[i] == ",":
-                    i += 1
-                    continue
-                return i + 1
-            return i
-        _, end = decoder.raw_decode(text, i)
-        return int(end)
-
-    # A document that fails to scan still yields the positions found so far.
-    with contextlib.suppress(ValueError, IndexError, RecursionError):
-        value(0, ())
-    return positions
-
-
 def session_from_json(text: str, file: str = "<session>") -> Session:
     """Parse and validate a Session v1 JSON document; errors are located ``file:line:col``."""
     try:
@@ -294,15 +226,15 @@ def session_from_data(data: Any, file: str = "<session>", text: str | None = Non
     try:
         return Session.model_validate(data)
     except ValidationError as exc:
-        where = _json_locator(text, file) if text is not None else {}
+        errors = [
+            (err, tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _PART_TAGS)))
+            for err in exc.errors()[:50]
+        ]
+        where = JsonText(file, text).locations(p for _, p in errors) if text is not None else {}
         diags = []
-        for err in exc.errors()[:50]:
-            path = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _PART_TAGS))
-            location = Location(file, 1, 1)
-            for cut in range(len(path), -1, -1):
-                if path[:cut] in where:
-                    location = where[path[:cut]]
-                    break
+        for err, path in errors:
+            hit = nearest(where, path)
+            location = hit[0] if hit is not None else Location(file, 1, 1)
             dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path) or "."
             diags.append(
                 Diagnostic(

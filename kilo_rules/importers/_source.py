@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
 from ..errors import Diagnostic, ImportFormatError, Location
-
-JsonPath = tuple[str | int, ...]
+from ..source import JsonPath, JsonText
 
 # json.loads raises on these; a corrupted copy of a log must never escape as a traceback.
 _DECODE_ERRORS = (json.JSONDecodeError, RecursionError)
@@ -39,11 +38,7 @@ class Record:
 
     def location(self, path: JsonPath = ()) -> Location:
         """Where the value at ``path`` (keys and indexes below this record) starts."""
-        offset = _offset_of(self.text, path)
-        before = self.text[:offset]
-        line = self.line + before.count("\n")
-        col = offset - (before.rfind("\n") + 1) + 1
-        return Location(self.file, line, col)
+        return JsonText(self.file, self.text, self.line).locate(path)
 
     def fail(self, path: JsonPath, message: str, code: str = "import.shape") -> NoReturn:
         """Raise an error located at ``path``; the path is spelled out in the message."""
@@ -139,48 +134,6 @@ def _raise_decode(exc: Exception, file: str, line_offset: int, hint: str | None 
             hint=hint,
         )
     fail("import.json", "not valid JSON: nested too deeply", Location(file, line_offset + 1, 1))
-
-
-def _offset_of(text: str, path: JsonPath) -> int:
-    """Character offset of the value at ``path`` in ``text`` (0 if it cannot be found).
-
-    Walks only the containers on the path and lets the C decoder skip every sibling, so it is
-    fast even for a large document; it runs only when an error is being reported."""
-    decoder = json.JSONDecoder()
-    i = _skip_ws(text, 0)
-    try:
-        for step in path:
-            if i >= len(text) or text[i] not in "{[":
-                return i
-            is_obj = text[i] == "{"
-            start = i
-            i = _skip_ws(text, i + 1)
-            index = 0
-            while i < len(text) and text[i] not in "}]":
-                if is_obj:
-                    key, i = decoder.raw_decode(text, i)
-                    i = _skip_ws(text, _skip_ws(text, i) + 1)  # past the colon
-                    hit = key == step
-                else:
-                    hit = index == step
-                if hit:
-                    break
-                _, i = decoder.raw_decode(text, i)
-                i = _skip_ws(text, i)
-                if i < len(text) and text[i] == ",":
-                    i = _skip_ws(text, i + 1)
-                index += 1
-            else:  # no such member: point at the object or array that lacks it
-                return start
-    except (ValueError, RecursionError):
-        return 0
-    return i
-
-
-def _skip_ws(text: str, i: int) -> int:
-    while i < len(text) and text[i] in " \t\r\n":
-        i += 1
-    return i
 
 
 def _kind(value: Any) -> str:

@@ -20,8 +20,9 @@ import base64
 import mimetypes
 from typing import Any
 
+from ..source import JsonPath
 from ._build import SessionBuilder, anthropic_tokens, key
-from ._source import JsonPath, Record, Source, need_dict, need_list, need_str, obj, opt_str
+from ._source import Record, Source, need_dict, need_list, need_str, obj, opt_str
 
 NAME = "anthropic_messages"
 DESCRIPTION = "Anthropic Messages content blocks (array of messages, or {messages, system})"

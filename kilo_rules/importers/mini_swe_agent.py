@@ -25,8 +25,9 @@ import re
 from typing import Any
 
 from ..session import Session
+from ..source import JsonPath
 from ._build import SessionBuilder, epoch_ms, key, openai_tokens
-from ._source import JsonPath, Record, Source, need_dict, need_list, obj, opt_str
+from ._source import Record, Source, need_dict, need_list, obj, opt_str
 from .openai_chat import ChatImporter, content_text
 
 NAME = "mini_swe_agent"

@@ -22,8 +22,9 @@ import json
 from typing import Any
 
 from ..session import Session
+from ..source import JsonPath
 from ._build import SessionBuilder, key, openai_tokens
-from ._source import JsonPath, Record, Source, need_dict, need_list, need_str, obj, opt_str
+from ._source import Record, Source, need_dict, need_list, need_str, obj, opt_str
 
 NAME = "openai_chat"
 DESCRIPTION = "OpenAI chat messages with tool_calls and role tool (array, or {messages})"

@@ -34,8 +34,9 @@ from typing import Any
 
 from ..errors import Location
 from ..session import Session
+from ..source import JsonPath
 from ._build import SessionBuilder, iso_ms, key, openai_tokens
-from ._source import JsonPath, Record, Source, fail, need_dict, need_list, obj, opt_str
+from ._source import Record, Source, fail, need_dict, need_list, obj, opt_str
 from .openai_chat import parse_arguments
 
 NAME = "openhands"
