@@ -25,6 +25,7 @@ bench: $(BIN)/kilo-rules
 	$(BIN)/python benchmarks/bench_expr.py
 	$(BIN)/python benchmarks/bench_tokens.py
 	$(BIN)/python benchmarks/bench_runtime.py
+	$(BIN)/python benchmarks/bench_compile.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -4,7 +4,8 @@ Read top to bottom, the table is the compiler: apply the overrides whose conditi
 for the model, evaluate every value that depends only on the model, choose the family
 prompt, resolve the system layers and the cache settings, and fix the order of the
 runtime stages. ``until=`` stops after a named stage (for tests and ``kilo-rules plan``).
-A compiled plan is cached per (policy revision, model, config).
+A compiled plan is cached per (policy revision, model, config), in a bounded cache that
+re-reads nothing while the policy and prompt files keep their modification time and size.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from .checks import resolve_file
 from .errors import Diagnostic, Location, PolicyError
 from .expr import CompiledExpr, model_values, order_definitions
 from .load import JsonPath, lookup
-from .plan import LayerPlan, Plan, PromptChoice, Value
+from .plan import ChunkModel, LayerPlan, Plan, PromptChoice, Value
 from .policy_exprs import PolicyExpressions, compile_policy_expressions, value_leaves
 from .resolve import ResolvedPolicy, resolve_policy
 
@@ -63,6 +66,9 @@ class _Build:
     layers: list[LayerPlan] = field(default_factory=list)
     cache: dict[str, Any] = field(default_factory=dict)
     stages: tuple[str, ...] = ()
+    summary_template: str = ""
+    chunk_model: ChunkModel | None = None
+    files: list[Path] = field(default_factory=list)  # files read besides the policy chain
 
     def source(self, path: JsonPath) -> JsonPath:
         for cut in range(len(path), -1, -1):
@@ -157,6 +163,7 @@ def _stage_values(b: _Build) -> None:
 def _read_prompt(b: _Build, path: JsonPath, what: str) -> tuple[str, str]:
     ref = b.get(path)
     target = resolve_file(b.policy, b.source(path), ref)
+    b.files.append(target)
     try:
         return str(target), target.read_text(encoding="utf-8").strip()
     except OSError as exc:
@@ -267,6 +274,35 @@ def _stage_cache(b: _Build) -> None:
     }
 
 
+def _stage_compaction(b: _Build) -> None:
+    """What compaction needs, decided now so that a step never reads a policy file or
+    compiles again: the summary template text, and chunking's ``model'`` (Kilo's
+    ``compaction-chunks.ts:116-124``: the same model with ``limit.output =
+    maxOutputTokens(model, min(output_max, outputTokenMax ?? output_max))``, whose window
+    the policy's own ``budget.usable`` rule gives)."""
+    if b.get(("compaction", "summary", "template")):
+        path = ("compaction", "summary", "template")
+        b.summary_template = _read_prompt(b, path, "summary template")[1]
+    chunking = b.get(("compaction", "chunking")) or {}
+    if not chunking.get("enabled"):
+        return
+    output_max = int(chunking.get("output_max") or 0)
+    flag = b.config.get("config.output_token_max")
+    cap = min(output_max, int(flag)) if flag is not None else output_max
+    small = b
+    if flag is None or int(flag) != cap:
+        small = _Build(b.policy, b.model, {**b.config, "config.output_token_max": cap})
+        for name, stage in STAGES:
+            stage(small)
+            if name == "values":
+                break
+    usable = small.values["budget.usable"].value
+    configured = (
+        small.values["output.configured"].value if "output.configured" in small.values else None
+    )
+    b.chunk_model = ChunkModel(int(usable), int(configured or cap))
+
+
 def _stage_runtime(b: _Build) -> None:
     b.stages = RUNTIME_STAGES
 
@@ -278,6 +314,7 @@ STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
     ("prompt", _stage_prompt),
     ("system", _stage_system),
     ("cache", _stage_cache),
+    ("compaction", _stage_compaction),
     ("runtime", _stage_runtime),
 )
 
@@ -290,7 +327,60 @@ def _revision(policy: ResolvedPolicy) -> str:
     return h.hexdigest()[:16]
 
 
-_CACHE: dict[tuple[str, str, str], Plan] = {}
+#: Compiled plans kept per process, least recently used dropped first.
+CACHE_SIZE = 64
+
+_Stamp = tuple[tuple[str, int, int], ...]
+
+# (policy revision, model, config) -> (stamp of the prompt files it read, plan)
+_PLANS: OrderedDict[tuple[str, str, str], tuple[_Stamp, Plan]] = OrderedDict()
+# (reference, working directory) -> (stamp of the policy files, resolved policy)
+_RESOLVED: OrderedDict[tuple[str, str], tuple[_Stamp, ResolvedPolicy]] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def _stamp(files: Iterable[str | Path]) -> _Stamp:
+    """What a file's content is taken to be: its path, modification time and size (as
+    Python's own bytecode cache does); a missing file stamps as (-1, -1)."""
+    out = []
+    for f in files:
+        try:
+            st = Path(f).stat()
+            out.append((str(f), st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((str(f), -1, -1))
+    return tuple(out)
+
+
+def _cached(cache: OrderedDict[Any, tuple[_Stamp, Any]], key: Any) -> Any:
+    with _LOCK:
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+    if hit is None or _stamp(f for f, _, _ in hit[0]) != hit[0]:
+        return None
+    return hit[1]
+
+
+def _store(
+    cache: OrderedDict[Any, tuple[_Stamp, Any]], key: Any, stamp: _Stamp, value: Any
+) -> None:
+    with _LOCK:
+        cache[key] = (stamp, value)
+        cache.move_to_end(key)
+        while len(cache) > CACHE_SIZE:
+            cache.popitem(last=False)
+
+
+def _resolve(ref: str | Path) -> ResolvedPolicy:
+    """``resolve_policy(ref)``, reused while none of the chain's files changed."""
+    key = (str(ref), str(Path.cwd()))
+    resolved = _cached(_RESOLVED, key)
+    if resolved is None:
+        resolved = resolve_policy(ref)
+        files = [d.file for d in resolved.chain if not d.file.startswith("<")]
+        _store(_RESOLVED, key, _stamp(files), resolved)
+    return resolved  # type: ignore[no-any-return]
 
 
 def compile_policy(
@@ -308,7 +398,7 @@ def compile_policy(
     names = [n for n, _ in STAGES]
     if until is not None and until not in names:
         raise ValueError(f"unknown stage {until!r}; stages: {', '.join(names)}")
-    resolved = policy if isinstance(policy, ResolvedPolicy) else resolve_policy(policy)
+    resolved = policy if isinstance(policy, ResolvedPolicy) else _resolve(policy)
     info = model if isinstance(model, ModelInfo) else bundled_catalog().get(model)
     cfg = {k if k.startswith("config.") else f"config.{k}": v for k, v in (config or {}).items()}
     key = (
@@ -316,8 +406,10 @@ def compile_policy(
         info.model_dump_json(),
         json.dumps(cfg, sort_keys=True, default=str),
     )
-    if until is None and key in _CACHE:
-        return _CACHE[key]
+    if until is None:
+        cached = _cached(_PLANS, key)
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
     build = _Build(resolved, info, cfg)
     for name, stage in STAGES:
         stage(build)
@@ -339,7 +431,9 @@ def compile_policy(
         stages=build.stages,
         static_context=dict(build.context),
         _locate=build.locate,
+        summary_template=build.summary_template,
+        chunk_model=build.chunk_model,
     )
     if until is None:
-        _CACHE[key] = plan
+        _store(_PLANS, key, _stamp(build.files), plan)
     return plan

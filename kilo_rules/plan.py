@@ -8,10 +8,11 @@ step. Each decision is also callable alone (``plan.value("budget.usable")``,
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .catalog import ModelInfo
 from .errors import Location
@@ -56,6 +57,57 @@ def _rel_file(file: str) -> str:
 
 def _rel(loc: Location) -> str:
     return f"{_rel_file(loc.file)}:{loc.line}:{loc.col}"
+
+
+class FrozenDict(dict[str, Any]):
+    """A mapping that refuses every change.
+
+    A compiled plan is shared by every caller of ``compile_policy`` (it is cached) and by
+    every thread that applies it, so none of them may change it under the others. It is a
+    ``dict`` so that readers and ``json.dumps`` treat it as one; copies are plain dicts."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+        raise TypeError("a compiled plan is immutable; compile another policy instead")
+
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __ior__ = _refuse
+    clear = _refuse
+    pop = _refuse
+    popitem = _refuse
+    setdefault = _refuse
+    update = _refuse
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return {k: copy.deepcopy(v, memo) for k, v in self.items()}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with every dict made a :class:`FrozenDict` and every list a tuple."""
+    if isinstance(value, FrozenDict):
+        return value
+    if isinstance(value, dict):
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkModel:
+    """Kilo's ``model'`` for chunked compaction: the usable window and the output budget
+    of the same model with its output capped at ``compaction.chunking.output_max``."""
+
+    usable: int
+    output: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +170,19 @@ class Plan:
     stages: tuple[str, ...]
     static_context: dict[str, Any] = field(repr=False)
     _locate: Callable[[tuple[str | int, ...]], Location] = field(repr=False, compare=False)
-    #: Caches that let the next step reuse this step's work (see runtime.memo).
+    #: The summary template text (``compaction.summary.template``), read at compile.
+    summary_template: str = ""
+    #: The window of chunked compaction's summary requests (None: chunking is off).
+    chunk_model: ChunkModel | None = None
+    #: Caches that let the next step reuse this step's work (see runtime.memo). The one
+    #: mutable field: it holds derived data only, never a decision.
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("config", "data", "cache", "static_context"):
+            object.__setattr__(self, name, freeze(getattr(self, name)))
+        values = {k: replace(v, value=freeze(v.value)) for k, v in self.values.items()}
+        object.__setattr__(self, "values", FrozenDict(values))
 
     # ------------------------------------------------------------------ single decisions
 
@@ -127,7 +190,7 @@ class Plan:
         """A plain setting of the effective policy, e.g. ``prune.protect_turns``."""
         node: Any = self.data
         for p in dotted.split("."):
-            if isinstance(node, dict) and p in node:
+            if isinstance(node, Mapping) and p in node:
                 node = node[p]
             else:
                 return default

@@ -16,17 +16,15 @@ at most ``max_reduce_depth``. A single-shot summary that the provider rejects as
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Diagnostic, Location, PolicyError
+from ..plan import ChunkModel
 from ..request import Media, ModelMessage, Part, Reasoning, Text, ToolCall, ToolResult
 from ..summarize import Summarizer, SummarizerError, SummaryRequest
 from ..truncate import truncate_for_summary
@@ -78,30 +76,15 @@ class ChunkSettings:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class SmallModel:
-    """``model'``: the usable window and output budget when the output is capped."""
-
-    usable: int
-    output: int
+#: Kilo's ``model'`` for chunked compaction (decided at compile: ``Plan.chunk_model``).
+SmallModel = ChunkModel
 
 
-def small_model(plan: Plan, output_max: int) -> SmallModel:
-    """Kilo's ``model'`` (``compaction-chunks.ts:116-124``): the same model with
-    ``limit.output = maxOutputTokens(model, min(output_max, outputTokenMax ?? output_max))``.
-
-    Recompiling with a lower ``output_token_max`` gives exactly that output, and the policy's
-    own ``budget.usable`` rule then says what the window becomes."""
-    from ..compile import compile_policy
-
-    # plan.config holds the compile config under ``config.<key>`` names.
-    config = {k.removeprefix("config."): v for k, v in plan.config.items() if v is not None}
-    flag = config.get("output_token_max")
-    cap = min(output_max, int(flag)) if flag is not None else output_max
-    small = compile_policy(plan.policy_file, plan.model, config={**config, "output_token_max": cap})
-    return SmallModel(
-        int(small.value("budget.usable")), int(small.value("output.configured") or cap)
-    )
+def small_model(plan: Plan) -> SmallModel:
+    """Chunked compaction's ``model'``, as the plan compiled it."""
+    if plan.chunk_model is None:
+        raise ValueError("chunked compaction is off in this plan (compaction.chunking.enabled)")
+    return plan.chunk_model
 
 
 def needed(
@@ -270,7 +253,7 @@ def write_summary(
     settings = ChunkSettings.from_plan(plan)
     if not settings.enabled:
         return summarizer.summarize(request), {"mode": "single"}
-    model = small_model(plan, settings.output_max)
+    model = small_model(plan)
     how: dict[str, Any]
     if needed(request.messages, model, settings.factor, count):
         how = {"mode": "chunked", "why": "head does not fit model'"}
@@ -310,33 +293,9 @@ def lower_settings(plan: Plan, **changes: Any) -> LowerSettings:
     return dataclasses.replace(base, **changes)
 
 
-def read_template(plan: Plan) -> str:
-    """The summary template text: the file ``compaction.summary.template`` names, relative to
-    the policy file that declares it."""
-    name = plan.setting("compaction.summary.template")
-    if not name:
-        return ""
-    base = Path(plan.locate("compaction.summary.template").file).parent
-    return _read(str(base / str(name)))
-
-
-@functools.lru_cache(maxsize=32)
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise PolicyError(
-            Diagnostic(
-                "compaction.template",
-                f"cannot read summary template: {exc.strerror}",
-                Location(path, 1, 1),
-            )
-        ) from None
-
-
 def instructions(plan: Plan, previous: str | None) -> tuple[str, str, str]:
     """(instruction for this summary, instruction for a new summary, the template)."""
-    template = read_template(plan)
+    template = plan.summary_template
     new = plan.setting("compaction.summary.new_instruction") or ""
     update = plan.setting("compaction.summary.update_instruction") or ""
     first = new if previous is None else update.replace("{previous}", previous)

@@ -26,11 +26,11 @@ from .helpers import FakeSummarizer, assistant, chars, plan_for, session, text, 
 
 def test_chunk_small_model_caps_the_output_at_output_max() -> None:
     # model' = model with output maxOutputTokens(model, min(2048, outputTokenMax ?? 2048))
-    assert small_model(plan_for(20_000, 10_000), 2048) == SmallModel(17_952, 2048)
-    assert small_model(plan_for(20_000, 10_000, output_token_max=1_000), 2048) == SmallModel(
+    assert small_model(plan_for(20_000, 10_000)) == SmallModel(17_952, 2048)
+    assert small_model(plan_for(20_000, 10_000, output_token_max=1_000)) == SmallModel(
         19_000, 1_000
     )
-    assert small_model(plan_for(20_000, 1_000), 2048) == SmallModel(19_000, 1_000)
+    assert small_model(plan_for(20_000, 1_000)) == SmallModel(19_000, 1_000)
 
 
 def test_chunk_needed_is_ceil_estimate_times_factor_plus_output_over_usable() -> None:
