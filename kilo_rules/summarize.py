@@ -9,9 +9,11 @@ and an HTTP one for OpenAI-compatible and Anthropic endpoints.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from .errors import Diagnostic, KiloRulesError, Location
 from .request import ModelMessage
 
 
@@ -35,12 +37,34 @@ class Summarizer(Protocol):
         ...
 
 
-class SummarizerError(Exception):
-    """A summarizer could not produce a summary (network, HTTP status, bad response)."""
+_NOWHERE = Location("<summarizer>", 1, 1)
 
-    def __init__(self, message: str, *, retryable: bool = False, overflow: bool = False) -> None:
-        super().__init__(message)
+
+class SummarizerError(KiloRulesError):
+    """A summarizer could not produce a summary (network, HTTP status, bad response).
+
+    Its diagnostic says which failure (``code``: ``summarizer.failed`` unless the raiser
+    names it better) and carries ``retryable`` and ``overflow`` in its details. A summarizer
+    is a service, not a source file, so the location is ``<summarizer>:1:1`` unless the
+    raiser has a better one. ``str()`` is the bare message, so that callers can fold it into
+    their own text ("summarizer overflow: ...")."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        overflow: bool = False,
+        code: str = "summarizer.failed",
+        location: Location = _NOWHERE,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        facts = {"retryable": retryable, "overflow": overflow, **(details or {})}
+        super().__init__(Diagnostic(code, message, location, details=facts))
         #: Another attempt may succeed (timeouts, 429, 5xx).
         self.retryable = retryable
         #: The provider said the summary input itself is too long (use the chunked path).
         self.overflow = overflow
+
+    def __str__(self) -> str:
+        return self.diagnostic.message

@@ -56,7 +56,13 @@ class _StatusError(SummarizerError):
         status: int,
         retry_after: float | None,
     ) -> None:
-        super().__init__(message, retryable=retryable, overflow=overflow)
+        super().__init__(
+            message,
+            retryable=retryable,
+            overflow=overflow,
+            code="summarizer.http-status",
+            details={"status": status},
+        )
         self.status = status
         self.retry_after = retry_after
 
@@ -178,6 +184,8 @@ class HttpSummarizer:
                             f"{error} (gave up after {self.attempts} attempts)",
                             retryable=True,
                             overflow=error.overflow,
+                            code=error.diagnostic.code,
+                            details={**error.diagnostic.details, "attempts": self.attempts},
                         ) from None
                     raise
                 wait = error.retry_after if isinstance(error, _StatusError) else None
@@ -196,11 +204,15 @@ class HttpSummarizer:
             )
         except httpx.TimeoutException as exc:
             raise SummarizerError(
-                f"{self._where()}: timed out ({type(exc).__name__})", retryable=True
+                f"{self._where()}: timed out ({type(exc).__name__})",
+                retryable=True,
+                code="summarizer.timeout",
             ) from None
         except httpx.TransportError as exc:
             raise SummarizerError(
-                f"{self._where()}: request failed: {self._redact(str(exc))}", retryable=True
+                f"{self._where()}: request failed: {self._redact(str(exc))}",
+                retryable=True,
+                code="summarizer.network",
             ) from None
         if not response.is_success:
             raise self._status_error(response)
@@ -237,13 +249,15 @@ class HttpSummarizer:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SummarizerError(
                 f"{self._where()}: the response is not JSON ({exc}): "
-                f"{self._redact(clip(response.text, 200))!r}"
+                f"{self._redact(clip(response.text, 200))!r}",
+                code="summarizer.response",
             ) from None
         text = _anthropic_text(data) if self.kind == "anthropic" else _openai_text(data)
         if not text.strip():
             raise SummarizerError(
                 f"{self._where()}: the response has no text: "
-                f"{self._redact(clip(json.dumps(data), 300))}"
+                f"{self._redact(clip(json.dumps(data), 300))}",
+                code="summarizer.response",
             )
         return text.strip()
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 
+from kilo_rules.errors import KiloRulesError
 from kilo_rules.request import ModelMessage, Text, ToolCall, ToolResult
 from kilo_rules.summarize import Summarizer, SummarizerError, SummaryRequest
 from kilo_rules.summarizers import ANTHROPIC_VERSION, HttpSummarizer
@@ -162,6 +163,13 @@ def test_429_exhausted_is_a_retryable_error(server: ScriptedServer, kind: Kind) 
     assert err.retryable and not err.overflow
     assert "HTTP 429" in str(err) and "Rate limit reached" in str(err)
     assert "after 4 attempts" in str(err)
+    assert err.diagnostic.code == "summarizer.http-status"
+    assert err.diagnostic.details == {
+        "retryable": True,
+        "overflow": False,
+        "status": 429,
+        "attempts": 4,
+    }
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -174,6 +182,7 @@ def test_timeout_is_retried_then_fails(server: ScriptedServer, kind: Kind) -> No
     assert len(sleeps) == 1
     assert info.value.retryable
     assert "timed out" in str(info.value)
+    assert info.value.diagnostic.code == "summarizer.timeout"
 
 
 def test_timeout_then_success(server: ScriptedServer) -> None:
@@ -235,6 +244,7 @@ def test_malformed_json_is_an_error(server: ScriptedServer, kind: Kind) -> None:
     with pytest.raises(SummarizerError, match="not JSON") as info:
         make(server, kind, Sleeps()).summarize(REQUEST)
     assert not info.value.retryable and len(server.received) == 1
+    assert info.value.diagnostic.code == "summarizer.response"
 
 
 @pytest.mark.parametrize(
@@ -273,6 +283,7 @@ def test_connection_refused_is_retryable() -> None:
     with pytest.raises(SummarizerError, match="request failed") as info:
         summarizer.summarize(REQUEST)
     assert info.value.retryable and len(sleeps) == 1
+    assert info.value.diagnostic.code == "summarizer.network"
 
 
 def test_injected_client_and_transport() -> None:
@@ -314,3 +325,12 @@ def test_public_api_is_sorted_and_documented() -> None:
     assert list(pkg.__all__) == sorted(pkg.__all__)
     for name in pkg.__all__:
         assert (getattr(pkg, name).__doc__ or "").strip() or name.isupper(), name
+
+
+def test_a_summarizer_error_is_a_located_kilo_rules_error() -> None:
+    err = SummarizerError("prompt is too long", overflow=True)
+    assert isinstance(err, KiloRulesError)
+    assert str(err) == "prompt is too long"  # callers fold it into their own messages
+    assert str(err.diagnostic) == ("<summarizer>:1:1: error[summarizer.failed]: prompt is too long")
+    assert err.diagnostic.details == {"retryable": False, "overflow": True}
+    assert err.overflow and not err.retryable
