@@ -9,7 +9,9 @@ A model that is not in the catalog can be described inline (a mapping in the sam
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -18,6 +20,18 @@ from .errors import CatalogError, Diagnostic, Location, did_you_mean
 
 #: Wire formats the runtime renders (one module each under ``kilo_rules.providers``).
 WireApi = Literal["anthropic", "openai", "bedrock", "gemini", "openai-compatible"]
+
+#: Most explicit cache breakpoints one request may carry, per wire API. Anthropic and
+#: Bedrock count tools, system and messages together; OpenAI-compatible servers forward the
+#: marks to Anthropic (OpenRouter), so the same 4 applies. OpenAI Chat and Gemini cache
+#: implicitly and take no markers.
+WIRE_BREAKPOINTS: Mapping[str, int] = MappingProxyType(
+    {"anthropic": 4, "bedrock": 4, "gemini": 0, "openai": 0, "openai-compatible": 4}
+)
+
+#: The breakpoints of a wire API whose models take explicit ones on request (the policy's
+#: ``cache.shapes``): OpenAI models from GPT-5.6 take up to 4 ``prompt_cache_breakpoint``.
+EXPLICIT_BREAKPOINTS: Mapping[str, int] = MappingProxyType({"openai": 4})
 
 #: Provider ids known to the catalog and to cache/lowering tables in policies.
 PROVIDERS = (

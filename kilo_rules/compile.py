@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .catalog import ModelInfo, bundled_catalog
+from .catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS, ModelInfo, bundled_catalog
 from .checks import resolve_file
 from .errors import Diagnostic, Location, PolicyError
 from .expr import CompiledExpr, model_values, order_definitions
@@ -28,6 +28,7 @@ from .load import JsonPath, lookup
 from .plan import ChunkModel, LayerPlan, Plan, PromptChoice, Value
 from .policy_exprs import PolicyExpressions, compile_policy_expressions, value_leaves
 from .resolve import ResolvedPolicy, resolve_policy
+from .source import nearest
 
 #: The order in which ``Plan.apply`` runs its stages (DESIGN.md §2).
 RUNTIME_STAGES = (
@@ -71,10 +72,10 @@ class _Build:
     files: list[Path] = field(default_factory=list)  # files read besides the policy chain
 
     def source(self, path: JsonPath) -> JsonPath:
-        for cut in range(len(path), -1, -1):
-            if path[:cut] in self.origin:
-                return (*self.origin[path[:cut]], *path[cut:])
-        return path
+        """Where in the resolved policy a value of the merged data came from (an override
+        copies values from elsewhere)."""
+        hit = nearest(self.origin, path)
+        return (*hit[0], *hit[1]) if hit is not None else path
 
     def locate(self, path: JsonPath) -> Location:
         return self.policy.locate(self.source(path))
@@ -225,8 +226,6 @@ def _stage_system(b: _Build) -> None:
 
 
 def _stage_cache(b: _Build) -> None:
-    from .providers import PROVIDER_BREAKPOINT_LIMITS
-
     rule = b.get(("cache", "rule")) or "none"
     gate = (
         b.evaluate(("cache", "when"), "cache.when")
@@ -234,9 +233,9 @@ def _stage_cache(b: _Build) -> None:
         else True
     )
     shape = (b.get(("cache", "shapes")) or {}).get(b.model.api)
-    provider_limit = PROVIDER_BREAKPOINT_LIMITS.get(b.model.api, 0)
-    if b.model.api == "openai" and shape == "explicit":
-        provider_limit = 4  # OpenAI's explicit prompt-cache breakpoints (GPT-5.6 and later)
+    provider_limit = WIRE_BREAKPOINTS.get(b.model.api, 0)
+    if shape == "explicit":
+        provider_limit = EXPLICIT_BREAKPOINTS.get(b.model.api, provider_limit)
     if shape == "none":
         provider_limit = 0
     policy_budget = b.values.get("cache.budget")

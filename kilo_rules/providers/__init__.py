@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..catalog import signature_issuer
+from ..catalog import WIRE_BREAKPOINTS, signature_issuer
 from ..errors import CatalogError, Diagnostic, did_you_mean
 from ..request import ModelRequest
 from . import anthropic, bedrock, gemini, openai, openai_compatible
@@ -49,15 +49,8 @@ _RENDERERS: Mapping[str, Renderer] = MappingProxyType(
 #: The wire APIs :func:`render` knows, sorted.
 APIS: tuple[str, ...] = tuple(sorted(_RENDERERS))
 
-#: Most explicit cache breakpoints one request may carry, per wire API. Anthropic and
-#: Bedrock count tools, system and messages together; OpenAI-compatible servers forward
-#: the marks to Anthropic (OpenRouter), so the same 4 applies. OpenAI Chat and Gemini
-#: cache implicitly and take no markers here. (OpenAI models from GPT-5.6 take up to 4
-#: explicit breakpoints when ``options["prompt_cache_breakpoints"]`` is set; a caller that
-#: uses them caps its budget at 4 itself.)
-PROVIDER_BREAKPOINT_LIMITS: Mapping[str, int] = MappingProxyType(
-    {"anthropic": 4, "bedrock": 4, "gemini": 0, "openai": 0, "openai-compatible": 4}
-)
+#: Most explicit cache breakpoints one request may carry, per wire API (catalog data).
+PROVIDER_BREAKPOINT_LIMITS: Mapping[str, int] = WIRE_BREAKPOINTS
 
 # Keys that hold one breakpoint each, per wire API. Anthropic's top-level automatic
 # ``cache_control`` is not a block marker and is not counted.
