@@ -37,8 +37,9 @@ RUNTIME_STAGES = (
     "lower",
     "guards",
     "system",
-    "cache",
     "output",
+    "cache",
+    "window",
     "render",
 )
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..request import ModelMessage, ModelRequest, Text, ToolSpec
@@ -22,13 +23,22 @@ from .guards import json_list_bytes, overflow, saving, unfit
 from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import LowerSettings, lower
-from .measure import count_json_list, measure
-from .output import cap_output
+from .measure import Measure, count_json_list, measure
+from .output import CapDecision, cap_output
 from .prune import apply_marks, prune, prune_settings
 from .system import build_system, step_instructions
 from .trace import Decision, StepRun, count_fields, last_finished, usage_count
 
-__all__ = ["Decision", "TurnResult", "apply_plan", "last_finished", "usage_count"]
+__all__ = [
+    "STAGES",
+    "Decision",
+    "StepState",
+    "TurnResult",
+    "apply_plan",
+    "last_finished",
+    "run",
+    "usage_count",
+]
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -96,119 +106,171 @@ def _lower_settings(r: StepRun, has_summary: bool) -> LowerSettings:
     )
 
 
-def _build_messages(
-    r: StepRun, messages: Sequence[Message]
-) -> tuple[list[ModelMessage], list[Message], bool, list[dict[str, Any]], list[dict[str, Any]]]:
-    view = project(messages)
-    has_summary = bool(completed_compactions(view)) or any(m.summary and m.finish for m in view)
-    inject_settings = InjectSettings(
+@dataclass
+class StepState:
+    """What the stages of one step hand on to each other, in the order they fill it in.
+
+    ``run(plan, session, step, until="lower")`` stops after a named stage and returns this
+    state, so a test can pin what one stage produced."""
+
+    run: StepRun
+    now: int
+    messages: list[Message]
+    view: list[Message] = field(default_factory=list)
+    has_summary: bool = False
+    lowered: list[ModelMessage] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)  # the lowered messages' JSON
+    size: int = 0  # bytes of the message JSON
+    tools: tuple[ToolSpec, ...] = ()
+    context: dict[str, Any] = field(default_factory=dict)  # per-step policy values
+    compaction_needed: str | None = None
+    system: list[ModelMessage] = field(default_factory=list)
+    conversation: list[ModelMessage] = field(default_factory=list)
+    measured: Measure | None = None
+    reported: int | None = None  # usage the provider reported for the last step
+    cap: CapDecision | None = None
+    request: ModelRequest | None = None
+    input_tokens: int = 0
+    provider: str = ""
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+def _project(st: StepState) -> None:
+    st.view = project(st.messages)
+    st.has_summary = bool(completed_compactions(st.view)) or any(
+        m.summary and m.finish for m in st.view
+    )
+
+
+def _inject(st: StepState) -> list[dict[str, Any]]:
+    r = st.run
+    settings = InjectSettings(
         dynamic_fields=tuple(r.setting("environment.dynamic", [])),
         tag=r.setting("environment.tag", "environment_details"),
         plan_mode=r.setting("reminders.plan_mode"),
         build_switch=r.setting("reminders.build_switch"),
         interjection=r.setting("reminders.interjection"),
     )
-    view, muts, ds = inject(view, r.step, inject_settings)
-    lowered = lower(view, _lower_settings(r, has_summary), r.lower_cache)
+    st.view, mutations, decided = inject(st.view, r.step, settings)
+    r.mutations.extend(mutations)
+    return decided
+
+
+def _lower(st: StepState) -> list[dict[str, Any]]:
+    r = st.run
+    st.lowered = lower(st.view, _lower_settings(r, st.has_summary), r.lower_cache)
     ins, files = step_instructions(r)
+    found: list[dict[str, Any]] = []
     if ins.on_demand and ins.project_files:
         from .ondemand import attach
 
-        lowered, found = attach(lowered, ins.project_files, set(files), r.step.workspace)
-        ds = [*ds, *found]
-    return lowered, view, has_summary, muts, ds
+        st.lowered, found = attach(st.lowered, ins.project_files, set(files), r.step.workspace)
+    st.pieces = [r.json.plain(m) for m in st.lowered]
+    st.size = json_list_bytes(st.pieces)
+    return found
 
 
-def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> TurnResult:
-    """Run every stage of ``plan`` for the next step of ``session``."""
-    step = step or StepInput()
-    r = StepRun(plan, session, step)
-    now = max((m.created for m in session.messages), default=0) or int(time.time() * 1000)
-
-    # 1-3. history, injection, lowering
-    messages = list(session.messages)
-    lowered, view, has_summary, env_muts, inject_ds = _build_messages(r, messages)
-    r.decide(
-        "history",
-        "project",
-        None,
-        {"messages": len(messages)},
-        {"visible": len(view), "summary": has_summary},
-    )
-    r.mutations.extend(env_muts)
-    for d in inject_ds:
+def _record_injected(r: StepRun, decided: Sequence[dict[str, Any]]) -> None:
+    for d in decided:
         rule = str(d.pop("rule"))
         r.decide("inject", rule, _INJECT_SETTINGS.get(rule.split(".")[0]), {}, d)
 
-    # 4. guards: payload bytes
+
+def stage_history(st: StepState) -> None:
+    """Drop what precedes the last completed summary; the summary before the tail."""
+    _project(st)
+    st.run.decide(
+        "history",
+        "project",
+        None,
+        {"messages": len(st.messages)},
+        {"visible": len(st.view), "summary": st.has_summary},
+    )
+
+
+def stage_inject(st: StepState) -> None:
+    """The per-turn environment block, mode reminders, interjections."""
+    _record_injected(st.run, _inject(st))
+
+
+def stage_lower(st: StepState) -> None:
+    """Session parts → provider-neutral messages; on-demand instruction files."""
+    _record_injected(st.run, _lower(st))
+
+
+def stage_guards(st: StepState) -> None:
+    """The payload byte limit (prune once and rebuild), then the overflow checks."""
+    r, plan = st.run, st.run.plan
     max_bytes = int(plan.static_context.get("payload.max_bytes") or 0)
-    pieces = [r.json.plain(m) for m in lowered]
-    size = json_list_bytes(pieces)
-    if max_bytes and size > max_bytes:
-        action = r.setting("payload.on_exceed", "prune-once")
-        decided = {"bytes": size, "limit": max_bytes}
-        if action == "error":
-            from ..errors import ContextOverflowError, Diagnostic
+    if max_bytes and st.size > max_bytes:
+        _payload_limit(st, max_bytes)
+    st.tools = tuple(ToolSpec(t.name, t.description, dict(t.input_schema)) for t in r.session.tools)
+    st.context = plan.context(_dynamic_names(r, st.view, st.lowered, st.pieces, st.size))
+    st.compaction_needed = overflow(r, st.view, st.lowered, st.tools, st.context)
 
-            raise ContextOverflowError(
-                Diagnostic(
-                    "runtime.payload",
-                    f"request messages are {size:,} bytes, over the limit of {max_bytes:,}",
-                    plan.locate("payload.on_exceed"),
-                    hint="raise payload.max_bytes, or use on_exceed: prune-once",
-                )
+
+def _payload_limit(st: StepState, max_bytes: int) -> None:
+    r, plan = st.run, st.run.plan
+    action = r.setting("payload.on_exceed", "prune-once")
+    decided = {"bytes": st.size, "limit": max_bytes}
+    if action == "error":
+        from ..errors import ContextOverflowError, Diagnostic
+
+        raise ContextOverflowError(
+            Diagnostic(
+                "runtime.payload",
+                f"request messages are {st.size:,} bytes, over the limit of {max_bytes:,}",
+                plan.locate("payload.on_exceed"),
+                hint="raise payload.max_bytes, or use on_exceed: prune-once",
             )
-        if action == "prune-once":
-            early = plan.context(_dynamic_names(r, view, lowered, pieces, size))
-            settings = prune_settings(plan, early)
-            result = prune(messages, settings, r.counter.count, "payload-limit")
-            saved = saving(messages, set(result.parts), r)
-            if not result.applied or saved <= 0:
-                r.decide(
-                    "guards",
-                    "payload-limit",
-                    "payload.max_bytes",
-                    decided,
-                    {"pruned": 0, "why": "pruning cannot help", "notes": result.notes},
-                    "warning",
-                )
-            else:
-                marks = dict.fromkeys(result.parts, now)
-                messages = apply_marks(messages, marks)
-                r.mutations.extend(result.mutations(now))
-                lowered, view, has_summary, env_muts, _ = _build_messages(r, messages)
-                pieces = [r.json.plain(m) for m in lowered]
-                size = json_list_bytes(pieces)
-                r.decide(
-                    "guards",
-                    "payload-limit",
-                    "payload.max_bytes",
-                    decided,
-                    {"pruned_parts": len(result.parts), "bytes_after": size},
-                    "warning" if size > max_bytes else "info",
-                )
-        else:
-            r.decide(
-                "guards", "payload-limit", "payload.max_bytes", decided, "sent anyway", "warning"
-            )
+        )
+    if action != "prune-once":
+        r.decide("guards", "payload-limit", "payload.max_bytes", decided, "sent anyway", "warning")
+        return
+    early = plan.context(_dynamic_names(r, st.view, st.lowered, st.pieces, st.size))
+    settings = prune_settings(plan, early)
+    result = prune(st.messages, settings, r.counter.count, "payload-limit")
+    saved = saving(st.messages, set(result.parts), r)
+    if not result.applied or saved <= 0:
+        r.decide(
+            "guards",
+            "payload-limit",
+            "payload.max_bytes",
+            decided,
+            {"pruned": 0, "why": "pruning cannot help", "notes": result.notes},
+            "warning",
+        )
+        return
+    st.messages = apply_marks(st.messages, dict.fromkeys(result.parts, st.now))
+    r.mutations.extend(result.mutations(st.now))
+    # Rebuilt without a second trace or second environment mutations: this step has them.
+    mutations = len(r.mutations)
+    _project(st)
+    _inject(st)
+    _lower(st)
+    del r.mutations[mutations:]
+    r.decide(
+        "guards",
+        "payload-limit",
+        "payload.max_bytes",
+        decided,
+        {"pruned_parts": len(result.parts), "bytes_after": st.size},
+        "warning" if st.size > max_bytes else "info",
+    )
 
-    # 4b. guards: overflow on the last finished assistant, preflight estimate
-    tools = tuple(ToolSpec(t.name, t.description, dict(t.input_schema)) for t in session.tools)
-    dynamic = _dynamic_names(r, view, lowered, pieces, size)
-    ctx = plan.context(dynamic)
-    compaction_needed = overflow(r, view, lowered, tools, ctx)
 
-    # 5. system prompt
-    system_blocks = build_system(r, view, ctx)
-    system_msgs = [ModelMessage("system", (Text(b),)) for b in system_blocks]
-    conversation = list(lowered)
+def stage_system(st: StepState) -> None:
+    """The system prompt layers; the max-steps prompt at the end of the conversation."""
+    r, step = st.run, st.run.step
+    st.system = [ModelMessage("system", (Text(b),)) for b in build_system(r, st.view, st.context)]
+    st.conversation = list(st.lowered)
     if (
         step.max_steps is not None
         and step.step >= step.max_steps
         and r.setting("reminders.max_steps")
     ):
         role = r.setting("reminders.max_steps_role", "assistant")
-        conversation.append(ModelMessage(role, (Text(r.setting("reminders.max_steps")),)))
+        st.conversation.append(ModelMessage(role, (Text(r.setting("reminders.max_steps")),)))
         r.decide(
             "inject",
             "max_steps",
@@ -217,24 +279,27 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
             role,
         )
 
-    # 7. output cap (measured on the whole message list, system included)
-    all_msgs = [*system_msgs, *conversation]
-    configured = _configured_output(r, ctx)
-    m = measure(
-        all_msgs,
-        tools,
+
+def stage_output(st: StepState) -> None:
+    """The output cap, measured on the whole message list, system included."""
+    r, plan = st.run, st.run.plan
+    configured = _configured_output(r, st.context)
+    st.measured = m = measure(
+        [*st.system, *st.conversation],
+        st.tools,
         factor=float(r.setting("tokens.preflight_factor", 1.3)),
         counter=r.counter.count,
         cache=r.json,
     )
-    last = last_finished(view)
-    reported = usage_count(last.tokens, count_fields(r)) if last and not last.summary else None
-    cap = cap_output(
+    last = last_finished(st.view)
+    if last and not last.summary:
+        st.reported = usage_count(last.tokens, count_fields(r))
+    st.cap = cap = cap_output(
         configured,
         context=plan.model.limits.context,
         normalized=m.normalized,
         media=m.media,
-        reported=reported or None,
+        reported=st.reported or None,
         settings=plan.cap_settings(),
     )
     r.decide(
@@ -246,57 +311,108 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
             "context": plan.model.limits.context,
             "normalized": m.normalized,
             "media": m.media,
-            "reported": reported,
+            "reported": st.reported,
         },
         cap.value,
     )
+    # The provider's view of the size: the plain count, without the preflight factor, or
+    # what the provider reported for the last step when that is more (this request holds
+    # all of that one and its answer).
+    st.input_tokens = max(m.chars + m.extra + m.tools, st.reported or 0)
 
-    # 6. cache markers
+
+def stage_cache(st: StepState) -> None:
+    """The request, with the cache breakpoints the policy places for this provider."""
     from .cache import place_markers
 
+    r, plan, step = st.run, st.run.plan, st.run.step
+    assert st.cap is not None
     request = ModelRequest(
         model=plan.model.api_id,
-        messages=tuple(all_msgs),
-        tools=tools,
-        max_tokens=cap.value,
+        messages=(*st.system, *st.conversation),
+        tools=st.tools,
+        max_tokens=st.cap.value,
         options={
             "output_limit": plan.model.limits.output or None,
             **({"prompt_cache_breakpoints": True} if plan.cache.get("shape") == "explicit" else {}),
             **step.options,
         },
     )
-    request, cache_ds = place_markers(
+    st.request, decided = place_markers(
         request, plan.cache_settings(automatic_enabled=step.automatic_caching)
     )
-    for d in cache_ds:
+    for d in decided:
         rest = {k: v for k, v in d.items() if k not in ("rule", "action", "reason")}
         severity = "warning" if d.get("action") == "warn" else "info"
         rule = f"{d.get('rule', 'cache')}.{d.get('action', 'mark')}"
         r.decide("cache", rule, "cache.rule", rest, d.get("reason"), severity)
 
-    # The provider's view of the size: the plain count, without the preflight factor, or
-    # what the provider reported for the last step when that is more (this request holds
-    # all of that one and its answer).
-    input_tokens = max(m.chars + m.extra + m.tools, reported or 0)
-    window = plan.model.limits.context
-    if compaction_needed is None and window and input_tokens + (cap.value or 0) > window:
-        compaction_needed = unfit(r, input_tokens, cap.value, window)
 
-    # 8. render
+def stage_window(st: StepState) -> None:
+    """A request whose input and output cap exceed the window is not sent as it is."""
+    window = st.run.plan.model.limits.context
+    output = st.cap.value if st.cap is not None else None
+    if st.compaction_needed is None and window and st.input_tokens + (output or 0) > window:
+        st.compaction_needed = unfit(st.run, st.input_tokens, output, window)
+
+
+def stage_render(st: StepState) -> None:
+    """The provider's wire JSON."""
     from ..providers import render
 
-    provider = step.provider or plan.model.api
-    body = render(request, provider)
-    r.decide("render", provider, None, {"messages": len(request.messages)}, "rendered")
+    assert st.request is not None
+    st.provider = st.run.step.provider or st.run.plan.model.api
+    st.body = render(st.request, st.provider)
+    st.run.decide("render", st.provider, None, {"messages": len(st.request.messages)}, "rendered")
+
+
+#: The runtime's stages by name; the plan's ``stages`` (compile's ``RUNTIME_STAGES``) say
+#: in which order ``apply`` runs them.
+STAGES: Mapping[str, Callable[[StepState], None]] = MappingProxyType(
+    {
+        "history": stage_history,
+        "inject": stage_inject,
+        "lower": stage_lower,
+        "guards": stage_guards,
+        "system": stage_system,
+        "output": stage_output,
+        "cache": stage_cache,
+        "window": stage_window,
+        "render": stage_render,
+    }
+)
+
+
+def run(
+    plan: Plan, session: Session, step: StepInput | None = None, *, until: str | None = None
+) -> StepState:
+    """Run the plan's stages for the next step of ``session``, stopping after ``until``."""
+    if until is not None and until not in plan.stages:
+        raise ValueError(f"unknown stage {until!r}; stages: {', '.join(plan.stages)}")
+    step = step or StepInput()
+    now = max((m.created for m in session.messages), default=0) or int(time.time() * 1000)
+    st = StepState(StepRun(plan, session, step), now, list(session.messages))
+    for name in plan.stages:
+        STAGES[name](st)
+        if name == until:
+            break
+    return st
+
+
+def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> TurnResult:
+    """Run every stage of ``plan`` for the next step of ``session``."""
+    st = run(plan, session, step)
+    r = st.run
+    assert st.request is not None
     return TurnResult(
-        body,
-        provider,
+        st.body,
+        st.provider,
         r.decisions,
         r.mutations,
-        request,
-        compaction_needed,
-        input_tokens,
-        window,
+        st.request,
+        st.compaction_needed,
+        st.input_tokens,
+        r.plan.model.limits.context,
         str(getattr(r.counter, "name", "estimate")),
     )
 
