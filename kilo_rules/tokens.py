@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import Diagnostic, KiloRulesError, Location
+from .lru import CacheStats, LRUCache
 
 __all__ = [
     "CacheStats",
@@ -230,22 +228,6 @@ def counter_for(spec: str, *, factor: float = 1.0) -> tuple[TokenCounter, str | 
     return EstimateCounter(factor=factor), f"{reason}; counting with the estimate (chars/4)"
 
 
-@dataclass(frozen=True, slots=True)
-class CacheStats:
-    """Counters of a :class:`CountCache`."""
-
-    hits: int
-    misses: int
-    size: int
-    maxsize: int
-
-    @property
-    def hit_rate(self) -> float:
-        """Fraction of lookups answered from the cache (0 when nothing was looked up)."""
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
-
 class CountCache:
     """A bounded LRU cache of token counts, so step k+1 recounts only the new parts.
 
@@ -260,14 +242,9 @@ class CountCache:
     """
 
     def __init__(self, counter: TokenCounter, *, maxsize: int = 8192) -> None:
-        if maxsize < 1:
-            raise ValueError("maxsize must be at least 1")
         self.counter = counter
         self.maxsize = maxsize
-        self._data: OrderedDict[tuple[str, bytes], int] = OrderedDict()
-        self._lock = threading.Lock()
-        self._hits = 0
-        self._misses = 0
+        self._cache: LRUCache[tuple[str, bytes], int] = LRUCache(maxsize)
 
     @property
     def name(self) -> str:
@@ -282,32 +259,19 @@ class CountCache:
     def count(self, text: str) -> int:
         """Tokens in ``text``, from the cache when this text was counted before."""
         key = (self.counter.name, self._digest(text))
-        with self._lock:
-            cached = self._data.get(key)
-            if cached is not None:
-                self._data.move_to_end(key)
-                self._hits += 1
-                return cached
-            self._misses += 1
-        tokens = self.counter.count(text)  # outside the lock: counting may be slow
-        with self._lock:
-            self._data[key] = tokens
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
+        tokens = self._cache.get(key)
+        if tokens is None:
+            tokens = self.counter.count(text)
+            self._cache.put(key, tokens)
         return tokens
 
     def stats(self) -> CacheStats:
         """Hits, misses and current size."""
-        with self._lock:
-            return CacheStats(self._hits, self._misses, len(self._data), self.maxsize)
+        return self._cache.stats()
 
     def clear(self) -> None:
         """Forget every count and reset the statistics."""
-        with self._lock:
-            self._data.clear()
-            self._hits = 0
-            self._misses = 0
+        self._cache.clear()
 
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self._cache)
