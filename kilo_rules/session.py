@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import Diagnostic, Location, SessionError
-from .source import JsonText, nearest
+from .source import JsonPath, JsonText, nearest
 
 
 class _Model(BaseModel):
@@ -226,10 +226,7 @@ def session_from_data(data: Any, file: str = "<session>", text: str | None = Non
     try:
         return Session.model_validate(data)
     except ValidationError as exc:
-        errors = [
-            (err, tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _PART_TAGS)))
-            for err in exc.errors()[:50]
-        ]
+        errors = [(err, _document_path(err["loc"])) for err in exc.errors()[:50]]
         where = JsonText(file, text).locations(p for _, p in errors) if text is not None else {}
         diags = []
         for err, path in errors:
@@ -248,6 +245,19 @@ def session_from_data(data: Any, file: str = "<session>", text: str | None = Non
 
 
 _PART_TAGS = {"text", "reasoning", "file", "tool", "step-start", "compaction"}
+
+
+def _document_path(loc: tuple[str | int, ...]) -> JsonPath:
+    """A pydantic error location as a path in the document: pydantic names the part type it
+    tried right after a part's index (``parts, 0, "tool", "call_id"``), and that tag is no
+    key of the document. Only there: ``tool`` and ``text`` are also field names."""
+    return tuple(
+        p
+        for i, p in enumerate(loc)
+        if not (
+            p in _PART_TAGS and i >= 2 and loc[i - 2] == "parts" and isinstance(loc[i - 1], int)
+        )
+    )
 
 
 def load_session(path: str | Path) -> Session:

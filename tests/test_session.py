@@ -61,6 +61,22 @@ def test_errors_are_located(tmp_path: Path) -> None:
     assert all(d.code == "session.invalid" for d in diags)
 
 
+def test_a_field_named_like_a_part_type_is_located_at_its_value() -> None:
+    # pydantic puts the part type ("tool", "text") into the error path; the fields of those
+    # parts with the same names must still be named and located.
+    text = (
+        '{"id": "s", "messages": [{"id": "m", "role": "user", "parts": [\n'
+        '  {"type": "tool", "id": "p", "call_id": "c", "tool": 5},\n'
+        '  {"type": "text", "id": "q", "text": 7}]}]}'
+    )
+    with pytest.raises(SessionError) as err:
+        session_from_json(text, "s.json")
+    assert [(str(d.location), d.message) for d in err.value.diagnostics] == [
+        ("s.json:2:55", "messages[0].parts[0].tool: Input should be a valid string"),
+        ("s.json:3:39", "messages[0].parts[1].text: Input should be a valid string"),
+    ]
+
+
 def test_bad_json_is_located() -> None:
     with pytest.raises(SessionError) as err:
         session_from_json('{"id": "s",\n "messages": [}', "s.json")
