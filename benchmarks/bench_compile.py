@@ -36,8 +36,7 @@ def best(fn: Callable[[], object], number: int, repeat: int = 5) -> float:
 
 
 def cold() -> object:
-    compiler._PLANS.clear()
-    compiler._RESOLVED.clear()
+    compiler.clear_cache()
     return compile_policy("kilo-default", MODEL)
 
 

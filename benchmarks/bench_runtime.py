@@ -77,7 +77,7 @@ def session_texts(session: Session) -> list[str]:
 
 def fresh_plan() -> Plan:
     """A plan compiled from scratch (the compile cache is emptied first)."""
-    compile_module._CACHE.clear()
+    compile_module.clear_cache()
     return compile_policy("kilo-default", model_from_data(MODEL))
 
 

@@ -13,18 +13,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS, ModelInfo, bundled_catalog
 from .checks import resolve_file
 from .errors import Diagnostic, Location, PolicyError
 from .expr import CompiledExpr, model_values, order_definitions
 from .load import JsonPath, lookup
+from .lru import LRUCache
 from .plan import ChunkModel, LayerPlan, Plan, PromptChoice, Value
 from .policy_exprs import PolicyExpressions, compile_policy_expressions, value_leaves
 from .resolve import ResolvedPolicy, resolve_policy
@@ -331,12 +330,12 @@ def _revision(policy: ResolvedPolicy) -> str:
 CACHE_SIZE = 64
 
 _Stamp = tuple[tuple[str, int, int], ...]
+T = TypeVar("T")
 
 # (policy revision, model, config) -> (stamp of the prompt files it read, plan)
-_PLANS: OrderedDict[tuple[str, str, str], tuple[_Stamp, Plan]] = OrderedDict()
+_PLANS: LRUCache[tuple[str, str, str], tuple[_Stamp, Plan]] = LRUCache(CACHE_SIZE)
 # (reference, working directory) -> (stamp of the policy files, resolved policy)
-_RESOLVED: OrderedDict[tuple[str, str], tuple[_Stamp, ResolvedPolicy]] = OrderedDict()
-_LOCK = threading.Lock()
+_RESOLVED: LRUCache[tuple[str, str], tuple[_Stamp, ResolvedPolicy]] = LRUCache(CACHE_SIZE)
 
 
 def _stamp(files: Iterable[str | Path]) -> _Stamp:
@@ -352,35 +351,28 @@ def _stamp(files: Iterable[str | Path]) -> _Stamp:
     return tuple(out)
 
 
-def _cached(cache: OrderedDict[Any, tuple[_Stamp, Any]], key: Any) -> Any:
-    with _LOCK:
-        hit = cache.get(key)
-        if hit is not None:
-            cache.move_to_end(key)
+def _fresh(hit: tuple[_Stamp, T] | None) -> T | None:
+    """The cached value, unless one of the files it was made from changed since."""
     if hit is None or _stamp(f for f, _, _ in hit[0]) != hit[0]:
         return None
     return hit[1]
 
 
-def _store(
-    cache: OrderedDict[Any, tuple[_Stamp, Any]], key: Any, stamp: _Stamp, value: Any
-) -> None:
-    with _LOCK:
-        cache[key] = (stamp, value)
-        cache.move_to_end(key)
-        while len(cache) > CACHE_SIZE:
-            cache.popitem(last=False)
+def clear_cache() -> None:
+    """Forget every compiled plan and resolved policy (benchmarks measure cold compiles)."""
+    _PLANS.clear()
+    _RESOLVED.clear()
 
 
 def _resolve(ref: str | Path) -> ResolvedPolicy:
     """``resolve_policy(ref)``, reused while none of the chain's files changed."""
     key = (str(ref), str(Path.cwd()))
-    resolved = _cached(_RESOLVED, key)
+    resolved = _fresh(_RESOLVED.get(key))
     if resolved is None:
         resolved = resolve_policy(ref)
         files = [d.file for d in resolved.chain if not d.file.startswith("<")]
-        _store(_RESOLVED, key, _stamp(files), resolved)
-    return resolved  # type: ignore[no-any-return]
+        _RESOLVED.put(key, (_stamp(files), resolved))
+    return resolved
 
 
 def compile_policy(
@@ -407,9 +399,9 @@ def compile_policy(
         json.dumps(cfg, sort_keys=True, default=str),
     )
     if until is None:
-        cached = _cached(_PLANS, key)
+        cached = _fresh(_PLANS.get(key))
         if cached is not None:
-            return cached  # type: ignore[no-any-return]
+            return cached
     build = _Build(resolved, info, cfg)
     for name, stage in STAGES:
         stage(build)
@@ -435,5 +427,5 @@ def compile_policy(
         chunk_model=build.chunk_model,
     )
     if until is None:
-        _store(_PLANS, key, _stamp(build.files), plan)
+        _PLANS.put(key, (_stamp(build.files), plan))
     return plan

@@ -12,18 +12,15 @@ import copy
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from .catalog import ModelInfo
 from .errors import Location
 from .expr import CompiledExpr
 
 if TYPE_CHECKING:
-    from .request import ModelRequest
     from .runtime.apply import TurnResult
-    from .runtime.cache import CacheSettings
     from .runtime.context import StepInput
-    from .runtime.output import CapDecision, CapSettings
     from .session import Session
     from .truncate import TruncateResult
 
@@ -108,6 +105,51 @@ class ChunkModel:
 
     usable: int
     output: int
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """The compiled cache policy for one model.
+
+    ``enabled`` is the policy gate's result for this model. ``budget`` is the most marks
+    the request may carry in total, already capped by the caller to the provider's limit.
+    """
+
+    rule: Literal["kilo", "auto", "none"] = "kilo"
+    enabled: bool = True
+    placement: Literal["message", "last-part"] = "message"
+    system_first: int = 2
+    non_system_last: int = 2
+    last_tool: bool = True
+    last_system: bool = True
+    latest_user_message: bool = True
+    budget: int = 4
+    ttl: Literal["5m", "1h"] | None = None
+    message_ttl: Literal["5m", "1h"] | None = None  # conversation marks; None: same as ttl
+    skip_trailing_environment: bool = False
+    respect_automatic: bool = True
+    automatic_enabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CapSettings:
+    """capOutputTokens constants (SAFETY, MIN_OUTPUT, MEDIA_OUTPUT_RESERVE)."""
+
+    enabled: bool = True
+    safety: int = 2048
+    minimum: int = 1024
+    media_reserve: int = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class CapDecision:
+    """The cap sent, and which row of the decision table chose it."""
+
+    value: int | None
+    rule: str
+    estimated: int | None = None
+    tokens: int | None = None
+    available: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +264,6 @@ class Plan:
 
     def cache_settings(self, *, automatic_enabled: bool = False) -> CacheSettings:
         """The cache-marker settings for this model."""
-        from .runtime.cache import CacheSettings
 
         c = self.cache
         return CacheSettings(
@@ -246,34 +287,8 @@ class Plan:
         """The usable input window (``budget.usable``, spec §3)."""
         return int(self.value("budget.usable", dynamic))
 
-    def place_markers(
-        self, request: ModelRequest, *, automatic_enabled: bool = False
-    ) -> tuple[ModelRequest, list[dict[str, Any]]]:
-        """Cache breakpoints for ``request`` as this plan places them (spec §10)."""
-        from .runtime.cache import place_markers
-
-        return place_markers(request, self.cache_settings(automatic_enabled=automatic_enabled))
-
-    def cap_output(
-        self, *, normalized: int, media: int = 0, reported: int | None = None
-    ) -> CapDecision:
-        """The output cap for a request measured at ``normalized`` tokens (spec §5)."""
-        from .runtime.output import cap_output
-
-        configured = self.value("output.configured") if self.setting("output.send", True) else None
-        return cap_output(
-            int(configured) if configured is not None else None,
-            context=self.model.limits.context,
-            normalized=normalized,
-            media=media,
-            reported=reported,
-            settings=self.cap_settings(),
-        )
-
     def cap_settings(self) -> CapSettings:
         """``output.cap.*``: the capOutputTokens constants (Kilo's when unset)."""
-        from .runtime.output import CapSettings
-
         d = CapSettings()
         return CapSettings(
             enabled=bool(self.setting("output.cap.enabled", d.enabled)),

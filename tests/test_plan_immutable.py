@@ -13,6 +13,7 @@ import pytest
 from kilo_rules import compile as compiler
 from kilo_rules.compile import compile_policy
 from kilo_rules.load import resource_root
+from kilo_rules.lru import LRUCache
 from kilo_rules.plan import FrozenDict, freeze
 from kilo_rules.runtime.facade import Runtime
 from kilo_rules.session import TokenUsage
@@ -103,7 +104,8 @@ def test_the_cache_is_bounded_and_notices_a_changed_file(
     text = policy.read_text(encoding="utf-8").replace("tail_turns: 2", "tail_turns: 3 # three")
     policy.write_text(text, encoding="utf-8")
     assert compile_policy(policy, SONNET).setting("compaction.tail_turns") == 3
-    monkeypatch.setattr(compiler, "CACHE_SIZE", 2)
-    for output in (1000, 2000, 3000):
-        compile_policy(policy, SONNET, config={"output_token_max": output})
-    assert len(compiler._PLANS) <= 2
+    monkeypatch.setattr(compiler, "_PLANS", LRUCache(2))
+    plans = [compile_policy(policy, SONNET, config={"output_token_max": n}) for n in (1, 2, 3)]
+    assert len(compiler._PLANS) == 2
+    assert compile_policy(policy, SONNET, config={"output_token_max": 3}) is plans[2]
+    assert compile_policy(policy, SONNET, config={"output_token_max": 1}) is not plans[0]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from ..plan import CapDecision
 from ..request import ModelMessage, ModelRequest, Text, ToolSpec
 from ..session import Message, Session
 from .context import StepInput
@@ -24,7 +25,7 @@ from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import LowerSettings, lower
 from .measure import Measure, count_json_list, measure
-from .output import CapDecision, cap_output
+from .output import cap_output
 from .prune import apply_marks, prune, prune_settings
 from .system import build_system, step_instructions
 from .trace import Decision, StepRun, count_fields, last_finished, usage_count

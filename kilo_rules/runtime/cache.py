@@ -27,9 +27,10 @@ added (Kilo's newer behaviour for Anthropic automatic caching).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal
 
+from ..plan import CacheSettings
 from ..request import CacheMark, ModelMessage, ModelRequest, Part, Text, ToolResult
 
 #: Where a mark sits: ("tools", i), ("messages", i), ("messages", i, "parts", j) or
@@ -37,30 +38,6 @@ from ..request import CacheMark, ModelMessage, ModelRequest, Part, Text, ToolRes
 Spot = tuple[str | int, ...]
 
 _ENVIRONMENT = "<environment_details>"
-
-
-@dataclass(frozen=True, slots=True)
-class CacheSettings:
-    """The compiled cache policy for one model.
-
-    ``enabled`` is the policy gate's result for this model. ``budget`` is the most marks
-    the request may carry in total, already capped by the caller to the provider's limit.
-    """
-
-    rule: Literal["kilo", "auto", "none"] = "kilo"
-    enabled: bool = True
-    placement: Literal["message", "last-part"] = "message"
-    system_first: int = 2
-    non_system_last: int = 2
-    last_tool: bool = True
-    last_system: bool = True
-    latest_user_message: bool = True
-    budget: int = 4
-    ttl: Literal["5m", "1h"] | None = None
-    message_ttl: Literal["5m", "1h"] | None = None  # conversation marks; None: same as ttl
-    skip_trailing_environment: bool = False
-    respect_automatic: bool = True
-    automatic_enabled: bool = False
 
 
 def place_markers(

@@ -2,28 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True, slots=True)
-class CapSettings:
-    """capOutputTokens constants (SAFETY, MIN_OUTPUT, MEDIA_OUTPUT_RESERVE)."""
-
-    enabled: bool = True
-    safety: int = 2048
-    minimum: int = 1024
-    media_reserve: int = 2048
-
-
-@dataclass(frozen=True, slots=True)
-class CapDecision:
-    """The cap sent, and which row of the decision table chose it."""
-
-    value: int | None
-    rule: str
-    estimated: int | None = None
-    tokens: int | None = None
-    available: int | None = None
+from ..plan import CapDecision, CapSettings
 
 
 def max_output_tokens(limit_output: int, maximum: int) -> int:

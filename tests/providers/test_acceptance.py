@@ -18,10 +18,11 @@ import pytest
 from provider_samples import sample_request
 
 from kilo_rules.errors import CatalogError
+from kilo_rules.plan import CacheSettings
 from kilo_rules.providers import APIS, render
 from kilo_rules.providers.acceptance import RULES, BodyContext, check_body, rules_for
 from kilo_rules.request import ModelRequest
-from kilo_rules.runtime.cache import CacheSettings, place_markers
+from kilo_rules.runtime.cache import place_markers
 
 Mutate = Callable[[Any], None]
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from provider_samples import ENV, sample_request
 
+from kilo_rules.plan import CacheSettings
 from kilo_rules.providers import count_markers, render
 from kilo_rules.request import (
     CacheMark,
@@ -17,7 +18,7 @@ from kilo_rules.request import (
     ToolCall,
     ToolResult,
 )
-from kilo_rules.runtime.cache import CacheSettings, place_markers
+from kilo_rules.runtime.cache import place_markers
 
 
 def marks(request: ModelRequest) -> list[str]:

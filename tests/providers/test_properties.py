@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wire_checks import check
 
+from kilo_rules.plan import CacheSettings
 from kilo_rules.providers import APIS, PROVIDER_BREAKPOINT_LIMITS, count_markers, render
 from kilo_rules.request import (
     CacheMark,
@@ -30,7 +31,7 @@ from kilo_rules.request import (
     ToolResult,
     ToolSpec,
 )
-from kilo_rules.runtime.cache import CacheSettings, place_markers
+from kilo_rules.runtime.cache import place_markers
 
 ENV = "<environment_details>\nnow\n</environment_details>"
 texts = st.sampled_from(["", "hello", "fix it", ENV, "résumé ✓"])

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from kilo_rules.catalog import signature_issuer
+from kilo_rules.plan import CacheSettings
 from kilo_rules.providers import APIS, render
 from kilo_rules.providers.gemini import FOREIGN_CALL_SIGNATURE, requires_call_signatures
 from kilo_rules.request import (
@@ -19,7 +20,7 @@ from kilo_rules.request import (
     ToolCall,
     ToolResult,
 )
-from kilo_rules.runtime.cache import CacheSettings, place_markers
+from kilo_rules.runtime.cache import place_markers
 from kilo_rules.runtime.lower import LowerSettings, lower
 from kilo_rules.session import Message, ReasoningPart, TextPart, ToolPart
 

@@ -12,9 +12,10 @@ import pytest
 from provider_samples import sample_request
 from wire_checks import check
 
+from kilo_rules.plan import CacheSettings
 from kilo_rules.providers import render
 from kilo_rules.request import ModelRequest
-from kilo_rules.runtime.cache import CacheSettings, place_markers
+from kilo_rules.runtime.cache import place_markers
 
 
 def marked(request: ModelRequest, **settings: Any) -> ModelRequest:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kilo_rules.compile import compile_policy
+from kilo_rules.plan import CapSettings
 from kilo_rules.runtime.context import StepInput
-from kilo_rules.runtime.output import CapSettings, cap_output, max_output_tokens
+from kilo_rules.runtime.output import cap_output, max_output_tokens
 
 from .helpers import assistant, model, session, text, user
 
@@ -134,6 +135,13 @@ def test_spec_5_cap_uses_reported_usage_of_last_finished_assistant() -> None:
 def test_single_decisions_are_callable_from_the_plan() -> None:
     plan = compile_policy("kilo-default", model(limits={"context": 200_000, "output": 64_000}))
     assert plan.usable() == 168_000
-    d = plan.cap_output(normalized=180_000)
+    d = cap_output(
+        plan.value("output.configured"),
+        context=plan.model.limits.context,
+        normalized=180_000,
+        media=0,
+        reported=None,
+        settings=plan.cap_settings(),
+    )
     assert (d.value, d.rule) == (17_952, "capped")
     assert plan.prompt is not None and plan.prompt.rule == "anthropic"
