@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import Diagnostic, KiloRulesError, Location
+from .errors import Diagnostic, KiloRulesError
 from .load import Document, load_yaml_file
 
 
@@ -163,13 +163,3 @@ def check_paths(paths: Iterable[str]) -> CheckReport:
     unique = {(d.code, d.message, str(d.location)): d for d in report.diagnostics}
     report.diagnostics = sorted(unique.values(), key=Diagnostic.sort_key)
     return report
-
-
-def relativize(loc: Location, cwd: Path | None = None) -> Location:
-    """Show paths under the working directory relative to it."""
-    base = cwd or Path.cwd()
-    try:
-        rel = Path(loc.file).resolve().relative_to(base.resolve())
-    except (ValueError, OSError):
-        return loc
-    return Location(str(rel), loc.line, loc.col, loc.end_line, loc.end_col)

@@ -11,6 +11,7 @@ from kilo_rules.cli import EXIT_OVER_WINDOW, main
 
 ROOT = Path(__file__).resolve().parent.parent
 SESSION = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"
+PLAN_JSON = ["plan", "--model", "openai/gpt-5", "--format", "json"]
 
 
 def test_plan_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -18,10 +19,7 @@ def test_plan_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "budget.usable" in out and "252000" in out
     assert "family prompt: gpt" in out
-    assert (
-        main(["plan", "--model", "openai/gpt-5", "--json", "--config", "output_token_max=8000"])
-        == 0
-    )
+    assert main([*PLAN_JSON, "--config", "output_token_max=8000"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["values"]["output.configured"]["value"] == 8000
     assert data["values"]["budget.usable"]["at"].endswith("kilo-default.yaml:40:11")
@@ -34,7 +32,7 @@ def test_plan_with_an_inline_model_file(tmp_path: Path, capsys: pytest.CaptureFi
         "api: openai-compatible\nlimits: {context: 32768, output: 4096}\n",
         encoding="utf-8",
     )
-    assert main(["plan", "--policy", "local-small", "--model", str(m), "--json"]) == 0
+    assert main(["plan", "--policy", "local-small", "--model", str(m), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["model"]["id"] == "local/qwen"
     assert (
@@ -64,7 +62,8 @@ def test_build_from_a_recorded_log(capsys: pytest.CaptureFixture[str]) -> None:
                 "--session",
                 str(SESSION),
                 "--explain",
-                "--json",
+                "--format",
+                "json",
                 "--provider",
                 "bedrock",
             ]
@@ -85,7 +84,8 @@ def test_build_from_a_session_file(tmp_path: Path, capsys: pytest.CaptureFixture
                 "google/gemini-2.5-pro",
                 "--session",
                 str(tmp_path / "s.json"),
-                "--json",
+                "--format",
+                "json",
             ]
         )
         == 0
@@ -120,16 +120,13 @@ def test_environment_settings_become_config(
     monkeypatch.setenv("KILO_DISABLE_AUTOCOMPACT", "1")
     monkeypatch.setenv("KILO_RULES_THRESHOLD_PERCENT", "75")
     monkeypatch.setenv("KILO_RULES_POLICY", "local-small")
-    assert main(["plan", "--model", "openai/gpt-5", "--json"]) == 0
+    assert main(["plan", "--model", "openai/gpt-5", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["policy"] == "local-small"
     assert data["config"]["config.output_token_max"] == 8000
     assert data["config"]["config.compaction.auto"] is False
     # --config wins over the environment
-    assert (
-        main(["plan", "--model", "openai/gpt-5", "--json", "--config", "output_token_max=4000"])
-        == 0
-    )
+    assert main([*PLAN_JSON, "--config", "output_token_max=4000"]) == 0
     assert json.loads(capsys.readouterr().out)["values"]["output.configured"]["value"] == 4000
 
 
@@ -153,6 +150,11 @@ SMALL_MODEL = (
 )
 
 
+# every output of build: the body as sent, indented, the decisions, all as JSON
+MODES = [[], ["--format", "json"], ["--explain"], ["--explain", "--format", "json"]]
+MODE_IDS = ["body", "json", "explain", "explain-json"]
+
+
 def _small_model(tmp_path: Path) -> str:
     path = tmp_path / "qwen.yaml"
     path.write_text(SMALL_MODEL, encoding="utf-8")
@@ -161,14 +163,13 @@ def _small_model(tmp_path: Path) -> str:
 
 def _where(policy: str, setting: str) -> str:
     """Where ``setting`` is written, as build shows it (relative to the working directory)."""
-    from kilo_rules.check import relativize
     from kilo_rules.compile import compile_policy
 
-    return str(relativize(compile_policy(policy, "anthropic/claude-sonnet-4-5").locate(setting)))
+    return str(compile_policy(policy, "anthropic/claude-sonnet-4-5").locate(setting).relative())
 
 
 @pytest.mark.parametrize("strict", [[], ["--strict"]], ids=["default", "strict"])
-@pytest.mark.parametrize("mode", [[], ["--json"], ["--explain"], ["--explain", "--json"]])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_a_request_that_fits_prints_nothing_extra(
     mode: list[str], strict: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -178,7 +179,7 @@ def test_a_request_that_fits_prints_nothing_extra(
     assert captured.out and captured.err == ""
 
 
-@pytest.mark.parametrize("mode", [[], ["--json"], ["--explain"], ["--explain", "--json"]])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_a_request_over_the_window_is_reported_and_fails_with_strict(
     mode: list[str],
     tmp_path: Path,
@@ -200,7 +201,7 @@ def test_a_request_over_the_window_is_reported_and_fails_with_strict(
     assert main([*argv, "--strict"]) == EXIT_OVER_WINDOW == 3
     strict_out, strict_err = capsys.readouterr()
     assert (strict_out, strict_err) == (out, err)  # the request is still printed
-    if mode == ["--explain", "--json"]:
+    if mode == MODES[-1]:
         assert json.loads(out)["compaction_needed"] == "overflow"
 
 

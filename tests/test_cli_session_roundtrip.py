@@ -1,6 +1,6 @@
 """A Session v1 file written by ``kilo-rules import`` is read back as the same session.
 
-For every importer format, ``build`` and ``simulate --json`` on the imported file give what
+For every importer format, ``build`` and ``simulate --format json`` on the imported file give what
 they give on the original log: the same body, byte for byte, and the same replay. The CLI
 tells Session v1 from a log by parsing the file, so a session whose ``"messages"`` key sits
 past the first few kilobytes (tools first, as ``import`` writes them) is still a session.
@@ -183,7 +183,7 @@ def test_an_imported_session_builds_and_replays_as_its_log(
         assert from_log[0] == 0, from_log[2]
         assert from_session == from_log  # exit code, body bytes and any warning
 
-    simulate = ["simulate", "--json", "--model", str(small), "--session"]
+    simulate = ["simulate", "--format", "json", "--model", str(small), "--session"]
     code, out, err = _run([*simulate, str(log), *runs], capsys)
     replay = json.loads(out)
     code2, out2, err2 = _run([*simulate, str(session)], capsys)
@@ -206,7 +206,7 @@ def test_the_openhands_session_is_no_longer_read_as_a_chat_log(
     assert session.read_text(encoding="utf-8").find('"messages"') > 4000
     capsys.readouterr()
     model = ["--model", "anthropic/claude-sonnet-4-5", "--session", str(session)]
-    assert main(["simulate", "--json", *model]) == 0
+    assert main(["simulate", "--format", "json", *model]) == 0
     largest = json.loads(capsys.readouterr().out)["reports"][0]["max_request"]
     assert largest > 30_000
 
@@ -242,7 +242,7 @@ def test_a_session_v1_file_holds_one_run(
 ) -> None:
     session = _imported(tmp_path, capsys)
     argv = ["build", "--model", "openai/gpt-5", "--session", str(session), "--run", "1"]
-    assert main(argv) == 1
+    assert main(argv) == 2  # a bad --run is a usage error, for build as for import
     assert "run 1 is out of range: a Session v1 file holds 1 run (run 0)" in (
         capsys.readouterr().err
     )

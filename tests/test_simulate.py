@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kilo_rules import cli_simulate
 from kilo_rules.cachesim import Block, CacheSimulator, blocks
 from kilo_rules.catalog import Prices
+from kilo_rules.cli import main
+from kilo_rules.cli.simulate import format_table
 from kilo_rules.compile import compile_policy
 from kilo_rules.importers import import_file
 from kilo_rules.session import Session, TokenUsage
@@ -212,7 +212,7 @@ def test_a_small_session_is_under_the_minimum_and_a_model_without_prices_costs_n
     assert report.cache_read == report.cache_write == 0
     assert report.steps[0].cost is None and report.cost is None
     assert report.to_json()["cost_usd"] is None
-    assert "-" in cli_simulate.format_table([report]).splitlines()[-1].split()
+    assert "-" in format_table([report]).splitlines()[-1].split()
 
 
 # ---------------------------------------------------------------- the bundled example log
@@ -266,9 +266,7 @@ def test_largest_claude_code_log_compacts_and_stays_under_the_window() -> None:
 
 
 def _cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="kilo-rules simulate")
-    cli_simulate.add_arguments(parser)
-    return cli_simulate.run(parser.parse_args(list(argv)))
+    return main(["simulate", *argv])
 
 
 def _example_args(*policies: str) -> list[str]:
@@ -288,7 +286,7 @@ def test_cli_table_has_one_row_per_policy(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_cli_json_parses_with_per_step_detail(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _cli(*_example_args("kilo-default"), "--json") == 0
+    assert _cli(*_example_args("kilo-default"), "--format", "json") == 0
     doc = json.loads(capsys.readouterr().out)
     (report,) = doc["reports"]
     assert doc["model"] == SONNET and report["policy"] == "kilo-default"

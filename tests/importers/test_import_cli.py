@@ -1,8 +1,7 @@
-"""The ``kilo-rules import`` subcommand, driven through its own parser."""
+"""The ``kilo-rules import`` subcommand, run as ``main(["import", ...])``."""
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 from pathlib import Path
@@ -10,15 +9,13 @@ from pathlib import Path
 import pytest
 from importer_helpers import SUBAGENT, SWE_AGENT
 
+from kilo_rules.cli import EXIT_DIAGNOSTICS, EXIT_USAGE, main
 from kilo_rules.importers import import_file
-from kilo_rules.importers.cli import add_arguments, run
 from kilo_rules.session import session_from_data
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="kilo-rules import")
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return main(["import", *argv])
 
 
 def test_writes_session_json_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,8 +69,10 @@ def test_short_source_lines_are_echoed(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_missing_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run([str(tmp_path / "nope.jsonl")]) == 2
-    assert "error[io.read]" in capsys.readouterr().err
+    assert _run([str(tmp_path / "nope.jsonl")]) == EXIT_USAGE == 2
+    assert (
+        f"{tmp_path / 'nope.jsonl'}:1:1: error[io.read]: cannot read: " in capsys.readouterr().err
+    )
 
 
 def test_unwritable_output_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,7 +86,23 @@ def test_run_out_of_range_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unknown_format_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        _run([str(SWE_AGENT), "--from", "cline"])
-    assert info.value.code == 2
+    assert _run([str(SWE_AGENT), "--from", "cline"]) == EXIT_USAGE
     assert "invalid choice: 'cline'" in capsys.readouterr().err
+
+
+def test_a_session_v1_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = tmp_path / "s.json"
+    assert _run([str(SWE_AGENT), "-o", str(session)]) == 0
+    assert _run([str(session)]) == EXIT_USAGE
+    assert "error[import.session-v1]" in capsys.readouterr().err
+
+
+def test_a_log_that_cannot_be_imported_exits_like_every_diagnostic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"nothing": "to see"}', encoding="utf-8")
+    assert _run([str(bad)]) == EXIT_DIAGNOSTICS == 1
+    assert "error[import.format]" in capsys.readouterr().err

@@ -1,0 +1,83 @@
+"""The ``kilo-rules`` command line: ``main(argv) -> int``, one module per command.
+
+Every command runs under one guarded runner and exits with one set of codes:
+
+* 0 (``EXIT_OK``): success; also when the reader of a pipe stops early (``| head``).
+* 1 (``EXIT_DIAGNOSTICS``): diagnostics, the input is wrong (a policy, model, session or
+  log); ``simulate``: a policy stopped early.
+* 2 (``EXIT_USAGE``): usage or I/O problems (a bad option, a file that cannot be read or
+  written; an unknown log format, a run out of range, a file already in Session v1).
+* 3 (``EXIT_OVER_WINDOW``): ``build --strict`` built a request that does not fit the model's
+  context window (without ``--strict`` the same request exits 0 with a warning on stderr).
+
+Structured output takes ``--format text|json`` (``check`` also ``github``); long values in
+tables end in an ellipsis, and ``--full`` shows them whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from . import build, check, demo, import_, models, plan, schema, simulate
+from ._runner import (
+    EPILOG,
+    EXIT_CODES,
+    EXIT_DIAGNOSTICS,
+    EXIT_OK,
+    EXIT_OVER_WINDOW,
+    EXIT_USAGE,
+    guarded,
+)
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_DIAGNOSTICS",
+    "EXIT_OK",
+    "EXIT_OVER_WINDOW",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
+
+#: The commands in the order ``--help`` lists them.
+COMMANDS = (check, schema, models, plan, build, demo, import_, simulate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and documentation)."""
+    parser = argparse.ArgumentParser(
+        prog="kilo-rules",
+        description="Context policies as code: check, compile and apply YAML policies.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"kilo-rules {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    # Parsing runs guarded too: ``--help`` into a closed pipe must end as quietly as output.
+    return guarded(lambda: _run(parser, argv))
+
+
+def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            # --json was the switch before --format; say what replaced it.
+            hint = " (use --format json)" if "--json" in extra else ""
+            parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    except SystemExit as exc:  # argparse exits on --help, --version and usage errors
+        return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    return guarded(lambda: int(args.handler(args)), f"kilo-rules {args.command}")

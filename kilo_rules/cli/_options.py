@@ -1,0 +1,170 @@
+"""The options several commands share, declared once, and what they resolve to.
+
+Each ``add_*`` function declares one option (or one group) on a command's parser; the
+functions below them turn the parsed strings into what the library takes: a model, a
+policy reference, ``config.*`` values, a :class:`StepInput`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from ..catalog import ModelInfo, bundled_catalog, model_from_data
+from ..load import load_yaml_file
+from ..runtime.context import Agent, StepInput, Workspace
+from ..settings import Settings
+from ._runner import EPILOG
+
+#: The subcommands of the ``kilo-rules`` parser, which each command module adds itself to.
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+APIS = ("anthropic", "openai", "bedrock", "gemini", "openai-compatible")
+
+_POLICY_HELP = "bundled name or path (default: KILO_RULES_POLICY, else kilo-default)"
+
+
+def add_command(
+    sub: Subcommands, name: str, *, summary: str, description: str
+) -> argparse.ArgumentParser:
+    """A subcommand's parser: ``summary`` in the list of commands, ``description`` atop its
+    own ``--help``, the exit codes below it."""
+    return sub.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_format(parser: argparse.ArgumentParser, *extra: str, what: str = "") -> None:
+    """``--format text|json`` (plus ``extra`` choices such as ``github``)."""
+    parser.add_argument(
+        "--format",
+        choices=["text", "json", *extra],
+        default="text",
+        help=f"output format (default: text){what}",
+    )
+
+
+def add_full(parser: argparse.ArgumentParser) -> None:
+    """``--full``: show long values whole instead of cut with an ellipsis."""
+    parser.add_argument(
+        "--full", action="store_true", help="show long values whole (default: cut them short)"
+    )
+
+
+def add_policy(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
+    """``--policy``: one policy, or with ``many`` a repeatable one to compare."""
+    if many:
+        parser.add_argument(
+            "--policy",
+            action="append",
+            default=[],
+            metavar="POLICY",
+            help=f"{_POLICY_HELP}; repeat to compare",
+        )
+    else:
+        parser.add_argument("--policy", default=None, metavar="POLICY", help=_POLICY_HELP)
+
+
+def add_model(parser: argparse.ArgumentParser, *, default: str | None = None) -> None:
+    """``--model``: a catalog id or a model file; required unless there is a default."""
+    parser.add_argument(
+        "--model",
+        required=default is None,
+        default=default,
+        metavar="MODEL",
+        help="catalog id or a YAML/JSON model file" + (f" (default: {default})" if default else ""),
+    )
+
+
+def add_session(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``--session`` and ``--run``: a Session v1 file or a recorded log, and which run."""
+    parser.add_argument(
+        "--session",
+        required=required,
+        default=None,
+        metavar="FILE",
+        help="Session v1 JSON or a recorded agent log (see docs/cli.md)",
+    )
+    add_run(parser)
+
+
+def add_run(parser: argparse.ArgumentParser) -> None:
+    """``--run N``: one run of a multi-run log."""
+    parser.add_argument(
+        "--run",
+        type=int,
+        default=None,
+        metavar="N",
+        help="which run of a multi-run log (OpenHands output.jsonl), 0-based",
+    )
+
+
+def add_config(parser: argparse.ArgumentParser) -> None:
+    """``--config KEY=VALUE``, repeatable."""
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config.* value, e.g. output_token_max=8000 (repeatable; wins over KILO_RULES_*)",
+    )
+
+
+def add_step(parser: argparse.ArgumentParser) -> None:
+    """What the agent is doing at the step built: wire format, agent, cwd, step numbers."""
+    group = parser.add_argument_group("the step")
+    group.add_argument("--provider", choices=APIS, help="wire format (default: the model's)")
+    group.add_argument("--agent", default="code", help="agent (mode) name (default: code)")
+    group.add_argument("--cwd", default=".", help="working directory of the agent")
+    group.add_argument("--step", type=int, default=1, help="step number in the turn")
+    group.add_argument("--max-steps", type=int, default=None, help="the agent's step limit")
+
+
+def model(ref: str) -> ModelInfo:
+    """A catalog id, or a YAML/JSON file describing a model inline."""
+    path = Path(ref)
+    if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+        return model_from_data(load_yaml_file(path).data, file=str(path))
+    return bundled_catalog().get(ref)
+
+
+def policy(ref: str | None) -> str:
+    """The ``--policy`` given, else ``KILO_RULES_POLICY``, else kilo-default."""
+    return ref or Settings().policy
+
+
+def policies(refs: Sequence[str]) -> list[str]:
+    """The repeated ``--policy`` values, else the one default of :func:`policy`."""
+    return list(refs) or [policy(None)]
+
+
+def config(pairs: Sequence[str]) -> dict[str, Any]:
+    """``config.*`` values: the environment (``KILO_RULES_*``), then ``--config`` pairs."""
+    out: dict[str, Any] = Settings().config()
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--config expects key=value, got {pair!r}")
+        name = key if key.startswith("config.") else f"config.{key}"
+        try:
+            out[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name] = raw
+    return out
+
+
+def step(args: argparse.Namespace) -> StepInput:
+    """The step described by :func:`add_step`'s options."""
+    return StepInput(
+        agent=Agent(name=args.agent),
+        workspace=Workspace(cwd=str(Path(args.cwd).resolve())),
+        step=args.step,
+        max_steps=args.max_steps,
+        provider=args.provider,
+    )

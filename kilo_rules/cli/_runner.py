@@ -1,0 +1,91 @@
+"""The exit codes of every command, and the one runner that maps failures onto them."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+
+from ..errors import Diagnostic, KiloRulesError, render_text
+
+EXIT_OK, EXIT_DIAGNOSTICS, EXIT_USAGE, EXIT_OVER_WINDOW = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+#: What each exit code means, for ``--help`` and the documentation.
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "success"),
+    (EXIT_DIAGNOSTICS, "diagnostics: a policy, model, session or log is wrong"),
+    (EXIT_USAGE, "usage or I/O: a bad option, a file that cannot be read or written"),
+    (EXIT_OVER_WINDOW, "build --strict: the request does not fit the context window"),
+)
+
+EPILOG = "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES)
+
+# Diagnostics about what was asked rather than about what a file holds: they exit like a
+# bad option. Every ``io.*`` code (a file that cannot be read or written) is one too.
+_USAGE_CODES = frozenset({"import.run", "import.session-v1", "import.unknown-format"})
+
+
+def exit_code(diagnostics: Iterable[Diagnostic]) -> int:
+    """``EXIT_USAGE`` when every diagnostic is about the request (an unreadable file, a run
+    out of range, an unknown format), else ``EXIT_DIAGNOSTICS``."""
+    codes = [d.code for d in diagnostics]
+    usage = all(c.startswith("io.") or c in _USAGE_CODES for c in codes)
+    return EXIT_USAGE if codes and usage else EXIT_DIAGNOSTICS
+
+
+def relative(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+    """``diagnostics`` with their files shown relative to the working directory."""
+    return [dataclasses.replace(d, location=d.location.relative()) for d in diagnostics]
+
+
+def report(exc: KiloRulesError, sources: Mapping[str, str] | None = None) -> int:
+    """Print the diagnostics of ``exc`` on stderr (with source lines and carets when
+    ``sources`` holds the files); returns the exit code."""
+    shown = relative(exc.diagnostics)
+    by_shown = {
+        d.location.file: sources[o.location.file]
+        for o, d in zip(exc.diagnostics, shown, strict=True)
+        if sources and o.location.file in sources
+    }
+    print(render_text(shown, by_shown), file=sys.stderr)
+    return exit_code(exc.diagnostics)
+
+
+def guarded(action: Callable[[], int], prog: str = "kilo-rules") -> int:
+    """Run ``action`` and return its exit code, turning each failure class into its own:
+    diagnostics 1 (2 for a file that cannot be read), I/O and bad values 2, Ctrl-C 130.
+
+    A reader that stops early (``kilo-rules models | head -1``) ends the command quietly
+    with 0, as ``cat`` does: what it asked for, it got."""
+    try:
+        code = action()
+        # Flush here so that a closed pipe is seen now, not at interpreter exit.
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # before OSError, of which it is one
+        _discard_stdout()
+        return EXIT_OK
+    except KiloRulesError as exc:
+        return report(exc)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{prog}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so that the interpreter's last flush of what is
+    still buffered cannot fail again on the closed pipe (the recipe of Python's ``signal``
+    documentation)."""
+    # A stdout that is not a file (a test's capture) has nothing left to flush.
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
