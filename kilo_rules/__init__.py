@@ -48,7 +48,30 @@ from .summarize import Summarizer, SummarizerError, SummaryRequest
 from .summarizers import ExtractiveSummarizer, HttpSummarizer
 from .truncate import cleanup_spill_dir, truncate_output
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The installed distribution's version; from a source tree that was never installed,
+    the version its ``pyproject.toml`` declares."""
+    # Imported here, not above, so that the package namespace holds the public API only.
+    import tomllib
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+
+    try:
+        return version("kilo-rules")
+    except PackageNotFoundError:
+        pass
+    try:
+        with (Path(__file__).parent.parent / "pyproject.toml").open("rb") as f:
+            project = tomllib.load(f)["project"]
+        if project["name"] == "kilo-rules":  # not the pyproject of a project vendoring us
+            return str(project["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        pass
+    return "0+unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "Agent",
