@@ -19,6 +19,7 @@ test: $(BIN)/kilo-rules
 	$(BIN)/ruff check kilo_rules tests benchmarks
 	$(BIN)/ruff format --check kilo_rules tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
 bench: $(BIN)/kilo-rules

@@ -33,6 +33,7 @@ from kilo_rules.catalog import model_from_data
 from kilo_rules.compile import compile_policy
 from kilo_rules.importers import read_session
 from kilo_rules.plan import Plan
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.session import Session, TextPart, ToolPart
 from kilo_rules.simulate import without_recorded_compactions
@@ -100,20 +101,20 @@ def main(argv: list[str]) -> None:
     for _ in range(3):
         plan = fresh_plan()
         start = time.perf_counter()
-        plan.apply(step, StepInput())
+        apply_plan(plan, step, StepInput())
         colds.append(time.perf_counter() - start)
     cold = min(colds)
     plan = fresh_plan()
-    result = plan.apply(step, StepInput())
-    warm = best_of(lambda: plan.apply(step, StepInput()), repeat=9)
-    warm_next = best_of(lambda: plan.apply(nxt, StepInput()), repeat=9)
+    result = apply_plan(plan, step, StepInput())
+    warm = best_of(lambda: apply_plan(plan, step, StepInput()), repeat=9)
+    warm_next = best_of(lambda: apply_plan(plan, nxt, StepInput()), repeat=9)
     dumps = best_of(lambda: json.dumps(result.request), repeat=25)
 
     # Peak of a cold apply (fresh plan, empty caches): everything the step allocates,
     # the caches it fills included.
     cold_plan = fresh_plan()
     tracemalloc.start()
-    cold_plan.apply(step, StepInput())
+    apply_plan(cold_plan, step, StepInput())
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
 
@@ -135,7 +136,7 @@ def main(argv: list[str]) -> None:
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(5):
-            plan.apply(step, StepInput())
+            apply_plan(plan, step, StepInput())
         prof.disable()
         pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
 

@@ -3,7 +3,7 @@
 Compile a YAML policy for a model, then apply the plan to a session at every step::
 
     plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
-    result = plan.apply(session, StepInput(step=1))
+    result = apply_plan(plan, session, StepInput(step=1))
     result.request      # the provider's wire JSON
     result.decisions    # why, rule by rule, with policy locations
     result.mutations    # what to persist
@@ -30,7 +30,7 @@ from .importers import detect_format, import_file, read_session
 from .plan import Plan
 from .providers.acceptance import BodyContext, Violation, check_body
 from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
-from .runtime.apply import Decision, TurnResult
+from .runtime.apply import Decision, TurnResult, apply_plan
 from .runtime.compaction import CompactionResult, compact
 from .runtime.context import Agent, Skill, StepInput, Workspace
 from .runtime.facade import Runtime, StepResult
@@ -111,6 +111,7 @@ __all__ = [
     "Workspace",
     "__version__",
     "apply_mutations",
+    "apply_plan",
     "bundled_catalog",
     "bundled_policy_names",
     "check_body",

@@ -29,7 +29,7 @@ from .policy_exprs import PolicyExpressions, compile_policy_expressions, value_l
 from .resolve import ResolvedPolicy, resolve_policy
 from .source import nearest
 
-#: The order in which ``Plan.apply`` runs its stages (DESIGN.md §2).
+#: The order in which ``apply_plan`` runs its stages (DESIGN.md §2).
 RUNTIME_STAGES = (
     "history",
     "inject",

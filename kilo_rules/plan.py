@@ -19,9 +19,6 @@ from .errors import Location
 from .expr import CompiledExpr
 
 if TYPE_CHECKING:
-    from .runtime.apply import TurnResult
-    from .runtime.context import StepInput
-    from .session import Session
     from .truncate import TruncateResult
 
 
@@ -44,16 +41,11 @@ def _seconds(value: Any) -> int | None:
 
 
 def _rel_file(file: str) -> str:
-    from pathlib import Path
-
-    try:
-        return str(Path(file).resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError):
-        return file
+    return Location(file, 1, 1).relative().file
 
 
 def _rel(loc: Location) -> str:
-    return f"{_rel_file(loc.file)}:{loc.line}:{loc.col}"
+    return str(loc.relative())
 
 
 class FrozenDict(dict[str, Any]):
@@ -321,12 +313,6 @@ class Plan:
             task_enabled=task_enabled,
         )
 
-    def apply(self, session: Session, step: StepInput | None = None) -> TurnResult:
-        """Build the request for the next step of ``session`` (pure; see runtime.apply)."""
-        from .runtime.apply import apply_plan
-
-        return apply_plan(self, session, step)
-
     # ------------------------------------------------------------------ output
 
     def to_json(self) -> dict[str, Any]:
@@ -376,7 +362,8 @@ class Plan:
         for v in by_place:
             name = v.name
             if isinstance(v.value, str) and "\n" in v.value:
-                shown = json.dumps(v.value)[:60]
+                shown = json.dumps(v.value)
+                shown = shown if len(shown) <= 60 else f"{shown[:59]}… ({len(v.value)} chars)"
             else:
                 shown = "(per step)" if v.dynamic else json.dumps(v.value)
             lines.append(f"    {name:<{width}} = {shown:<12}  {_rel(v.location)}")

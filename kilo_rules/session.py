@@ -1,6 +1,6 @@
 """Session v1: a conversation as messages of typed parts (the parts model of Kilo Code).
 
-A session is what an agent has recorded so far. ``Plan.apply`` reads it and never changes it;
+A session is what an agent has recorded so far. ``apply_plan`` reads it and never changes it;
 what should be persisted comes back as mutations. Importers (``kilo_rules.importers``) turn
 foreign logs into this shape. The JSON Schema ``schemas/session.v1.json`` is generated from
 these models (``kilo-rules schema --write``) and a test keeps the two in step.

@@ -33,22 +33,24 @@ def _engine_bodies_are_acceptable(
 ) -> None:
     """Every body the engine builds in any test keeps the providers' acceptance rules.
 
-    ``Plan.apply`` is wrapped so that each request it returns is run through
-    ``check_body`` with the model it was built for; a test that builds a refused body on
-    purpose says so with ``@pytest.mark.unchecked_bodies``. The window rule is left to the
-    tests that replay sessions: a single ``apply`` may build an over-window request that
-    the runtime then compacts."""
+    The runtime's render stage looks ``kilo_rules.providers.render`` up when it runs, so
+    wrapping it here checks each body a step renders with ``check_body`` (for the model it
+    was built for); tests that call a renderer directly, with hand-made requests, hold the
+    unwrapped function. A test that builds a refused body on purpose says so with
+    ``@pytest.mark.unchecked_bodies``. The window rule is left to the tests that replay
+    sessions: a single apply may build an over-window request that the runtime then
+    compacts."""
     if request.node.get_closest_marker("unchecked_bodies"):
         return
+    import kilo_rules.providers as providers
     from kilo_rules.providers.acceptance import BodyContext, check_body
-    from kilo_rules.runtime import apply as apply_module
 
-    build = apply_module.apply_plan
+    render = providers.render
 
-    def checked(plan: Any, session: Any, step: Any = None) -> Any:
-        result = build(plan, session, step)
-        problems = check_body(result.request, result.provider, BodyContext(plan.model.api_id))
+    def checked(model_request: Any, api: str) -> Any:
+        body = render(model_request, api)
+        problems = check_body(body, api, BodyContext(model_request.model))
         assert not problems, "\n".join(str(p) for p in problems)
-        return result
+        return body
 
-    monkeypatch.setattr(apply_module, "apply_plan", checked)
+    monkeypatch.setattr(providers, "render", checked)

@@ -10,7 +10,7 @@ import sys
 from ..compile import compile_policy
 from ..explain import decision_rows, over_window, turn_summary
 from ..importers import read_session
-from ..runtime.apply import TurnResult
+from ..runtime.apply import TurnResult, apply_plan
 from . import _options as opt
 from ._runner import EXIT_OK, EXIT_OVER_WINDOW
 from ._table import FULL_HINT, render_table, shorten
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     plan = compile_policy(
         opt.policy(args.policy), opt.model(args.model), config=opt.config(args.config)
     )
-    result = plan.apply(read_session(args.session, run=args.run), opt.step(args))
+    result = apply_plan(plan, read_session(args.session, run=args.run), opt.step(args))
     as_json = args.format == "json"
     if args.explain and as_json:
         print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))

@@ -10,6 +10,7 @@ from ..check import check_paths
 from ..compile import compile_policy
 from ..importers import read_session
 from ..load import resource_root
+from ..runtime.apply import apply_plan
 from . import _options as opt
 from ._runner import EXIT_OK
 from .build import render_explain
@@ -55,5 +56,5 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     session = read_session(session_ref, run=args.run)
     print(f"\n== build: next step of {session_ref} ({len(session.messages)} messages)")
-    print(render_explain(plan.apply(session, opt.step(args)), full=args.full))
+    print(render_explain(apply_plan(plan, session, opt.step(args)), full=args.full))
     return EXIT_OK

@@ -1,4 +1,4 @@
-"""``Plan.apply``: one step of one turn → the provider request, the decisions, the mutations.
+"""``apply_plan``: one step of one turn → the provider request, the decisions, the mutations.
 
 The stages run in Kilo's order (DESIGN.md §2): project history, inject per-turn content,
 lower parts, guards (payload bytes, overflow), system prompt, cache markers, output cap,

@@ -47,7 +47,7 @@ Fetcher = Callable[[str, float, int], str]
 
 @dataclass(frozen=True, slots=True)
 class StepInput:
-    """Per-step inputs of ``Plan.apply``."""
+    """Per-step inputs of ``apply_plan``."""
 
     agent: Agent = field(default_factory=Agent)
     workspace: Workspace = field(default_factory=Workspace)

@@ -1,6 +1,6 @@
 """The runtime facade: one call per agent step, compaction included.
 
-``Plan.apply`` builds one request and says whether Kilo would compact first; it does not
+``apply_plan`` builds one request and says whether Kilo would compact first; it does not
 compact, because compaction calls a summarizer. :class:`Runtime` closes the loop the way
 Kilo's prompt loop does (spec §8): normal prune when the policy opts in, apply, and — when
 the usage count reached the limit, the preflight estimate did, or the provider rejected the
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ContextOverflowError, Diagnostic, Location
 from ..session import Session
-from .apply import Decision, TurnResult
+from .apply import Decision, TurnResult, apply_plan
 from .compaction import compact
 from .context import StepInput
 from .history import compaction_part
@@ -168,7 +168,7 @@ class Runtime:
             if pruned.parts:
                 mutations.extend(pruned.mutations(now))
                 session = apply_mutations(session, pruned.mutations(now))
-        result = self.plan.apply(session, step_input)
+        result = apply_plan(self.plan, session, step_input)
         compactions = 0
         reason = self._reason(session, result, decisions)
         while reason is not None:
@@ -184,7 +184,7 @@ class Runtime:
             mutations.extend(done.mutations)
             session = apply_mutations(session, [*result.mutations, *done.mutations])
             compactions += 1
-            result = self.plan.apply(session, step_input)
+            result = apply_plan(self.plan, session, step_input)
             reason = self._reason(session, result, decisions)
         decisions.extend(result.decisions)
         mutations.extend(result.mutations)

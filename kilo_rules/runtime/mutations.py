@@ -1,6 +1,6 @@
 """Persisting what a step decided, and proving that nothing was lost.
 
-``Plan.apply`` and :func:`~kilo_rules.runtime.compaction.compact` never change a session:
+``apply_plan`` and :func:`~kilo_rules.runtime.compaction.compact` never change a session:
 they return *mutations* (``schemas/decisions.v1.json``). :func:`apply_mutations` is the
 reference way to persist them on a Session v1 value; an agent with its own store applies
 the same four operations to its rows.

@@ -1,6 +1,6 @@
 r"""Per-step state shared by the runtime stages: the decisions trace and the settings.
 
-A :class:`StepRun` is made once per ``Plan.apply`` call. It records :class:`Decision`\ s
+A :class:`StepRun` is made once per ``apply_plan`` call. It records :class:`Decision`\ s
 with the policy location of the rule behind each, reads the effective policy, and holds
 the plan-level caches (token counter, per-message JSON, lowering).
 """

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kilo_rules.errors import ContextOverflowError
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.facade import Runtime
 from kilo_rules.runtime.history import project
 from kilo_rules.runtime.mutations import MutationError, apply_mutations, missing, restore
@@ -44,7 +45,7 @@ def test_spec_7_5_usage_compaction_is_not_rechecked_against_the_tail() -> None:
     # check the (pre-compaction) usage of the tail's assistant again.
     result = Runtime(PLAN, FakeSummarizer()).step(_session(18_000))
     assert result.compactions == 1
-    again = PLAN.apply(result.session)
+    again = apply_plan(PLAN, result.session)
     assert again.compaction_needed is None
     assert not any(d.rule == "overflow" for d in again.decisions)
 
@@ -162,7 +163,7 @@ def test_a_request_that_cannot_fit_is_compacted_before_it_is_sent() -> None:
     fits = runtime.step(_grown_by_a_tool(4_000))
     assert fits.compactions == 0 and fits.turn.fits
     assert not any(d.rule == "window" for d in fits.decisions)
-    first = PLAN.apply(_grown_by_a_tool(16_000))
+    first = apply_plan(PLAN, _grown_by_a_tool(16_000))
     assert first.compaction_needed == "window" and not first.fits
     window = next(d for d in first.decisions if d.rule == "window")
     assert window.result == "compact" and window.severity == "warning"
@@ -177,7 +178,7 @@ def test_a_request_that_cannot_fit_is_compacted_before_it_is_sent() -> None:
 
 def test_overflow_unfit_send_leaves_it_to_the_provider(tmp_path: Path) -> None:
     plan = derived(tmp_path, "overflow: {unfit: send}")
-    result = plan.apply(_grown_by_a_tool(16_000))
+    result = apply_plan(plan, _grown_by_a_tool(16_000))
     assert result.compaction_needed is None and not result.fits
     assert next(d for d in result.decisions if d.rule == "window").result == "send"
     assert Runtime(plan, FakeSummarizer()).step(_grown_by_a_tool(16_000)).compactions == 0

@@ -20,6 +20,7 @@ from kilo_rules.request import (
     ToolCall,
     ToolResult,
 )
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.cache import place_markers
 from kilo_rules.runtime.lower import LowerSettings, lower
 from kilo_rules.session import Message, ReasoningPart, TextPart, ToolPart
@@ -305,7 +306,7 @@ def test_the_suite_checks_every_body_the_engine_builds(monkeypatch: pytest.Monke
         user("u2", "go on"),
     )
     plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
-    plan.apply(log, StepInput())  # passes the wrapper as it is
+    apply_plan(plan, log, StepInput())  # passes the wrapper as it is
     monkeypatch.setattr(anthropic, "is_blank_text", lambda part: False)
     with pytest.raises(AssertionError, match="text-not-blank"):
-        plan.apply(log, StepInput())
+        apply_plan(plan, log, StepInput())

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.providers import count_markers
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.session import (
     FilePart,
@@ -183,7 +184,7 @@ FAST = settings(
 @given(sessions())
 def test_tool_calls_and_results_always_pair(s: Session) -> None:
     for api, plan in PLANS.items():
-        body = plan.apply(s, StepInput()).request
+        body = apply_plan(plan, s, StepInput()).request
         calls, results = tool_ids(body, api)
         assert sorted(calls) == sorted(results), api
         assert len(set(calls)) == len(calls), api
@@ -194,8 +195,8 @@ def test_tool_calls_and_results_always_pair(s: Session) -> None:
 def test_identical_input_gives_identical_bytes_and_session_is_untouched(s: Session) -> None:
     before = s.model_dump_json()
     for plan in [*PLANS.values(), *CACHE_MAX.values()]:
-        a = plan.apply(s, StepInput())
-        b = plan.apply(Session.model_validate_json(s.model_dump_json()), StepInput())
+        a = apply_plan(plan, s, StepInput())
+        b = apply_plan(plan, Session.model_validate_json(s.model_dump_json()), StepInput())
         assert a.body() == b.body()
     assert s.model_dump_json() == before
 
@@ -205,7 +206,7 @@ def test_identical_input_gives_identical_bytes_and_session_is_untouched(s: Sessi
 def test_marker_budget_never_exceeded(s: Session) -> None:
     for api in MODELS:
         for plan in (PLANS[api], CACHE_MAX[api]):
-            result = plan.apply(s, StepInput())
+            result = apply_plan(plan, s, StepInput())
             assert count_markers(result.request, api) <= plan.cache["budget"] <= 4
 
 
@@ -240,7 +241,7 @@ def test_prefix_before_last_breakpoint_is_stable_across_steps(s: Session, extra:
     for api in ("anthropic", "bedrock", "openai-compatible"):
         plan = PLANS[api]
         current = s
-        previous = plan.apply(current, StepInput(step=1))
+        previous = apply_plan(plan, current, StepInput(step=1))
         for k in range(extra):
             step_msg = Message(
                 id=f"z{k:03d}",
@@ -251,7 +252,7 @@ def test_prefix_before_last_breakpoint_is_stable_across_steps(s: Session, extra:
             )
             persisted = _persist(current, previous.mutations)
             current = persisted.model_copy(update={"messages": [*persisted.messages, step_msg]})
-            nxt = plan.apply(current, StepInput(step=k + 2))
+            nxt = apply_plan(plan, current, StepInput(step=k + 2))
             old, new = previous.request, nxt.request
             assert _strip_marks(old.get("system")) == _strip_marks(new.get("system"))
             assert _strip_marks(old.get("tools")) == _strip_marks(new.get("tools"))

@@ -20,6 +20,7 @@ import pytest
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.importers import import_file
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput, Workspace
 from kilo_rules.session import Session
 
@@ -51,7 +52,7 @@ def _hashes(log: Path, policy: str) -> dict[str, str]:
     for api, entry in MODELS.items():
         plan = compile_policy(policy, entry)
         for prefix in _prefixes(session):
-            body = plan.apply(prefix, STEP).body()
+            body = apply_plan(plan, prefix, STEP).body()
             key = f"{api}@{len(prefix.messages)}"
             out[key] = hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
     return out

@@ -6,6 +6,7 @@ import pytest
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.providers import count_markers
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 
 from .helpers import assistant, model, session, text, tool, user
@@ -22,7 +23,7 @@ def _conversation():  # type: ignore[no-untyped-def]
 
 
 def test_spec_10_1_anthropic_message_level_first_system_last_two() -> None:
-    result = compile_policy("kilo-default", model()).apply(_conversation(), StepInput())
+    result = apply_plan(compile_policy("kilo-default", model()), _conversation(), StepInput())
     body = result.request
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
     marked = [i for i, m in enumerate(body["messages"]) if "cache_control" in str(m)]
@@ -32,7 +33,7 @@ def test_spec_10_1_anthropic_message_level_first_system_last_two() -> None:
 
 def test_spec_10_1_openrouter_claude_last_part_skips_trailing_environment() -> None:
     m = model(provider="openrouter", api="openai-compatible", api_id="anthropic/claude-sonnet-4.5")
-    body = compile_policy("kilo-default", m).apply(_conversation(), StepInput()).request
+    body = apply_plan(compile_policy("kilo-default", m), _conversation(), StepInput()).request
     last = body["messages"][-1]["content"]
     assert last[-1]["text"].startswith("<environment_details>")
     assert "cache_control" not in last[-1]
@@ -43,13 +44,13 @@ def test_spec_10_1_gate_closed_for_non_claude_models() -> None:
     m = model(
         provider="openrouter", api="openai-compatible", api_id="qwen/qwen3-coder", family="qwen"
     )
-    body = compile_policy("kilo-default", m).apply(_conversation(), StepInput()).request
+    body = apply_plan(compile_policy("kilo-default", m), _conversation(), StepInput()).request
     assert count_markers(body, "openai-compatible") == 0
 
 
 def test_spec_10_1_no_explicit_breakpoints_under_automatic_caching() -> None:
-    result = compile_policy("kilo-default", model()).apply(
-        _conversation(), StepInput(automatic_caching=True)
+    result = apply_plan(
+        compile_policy("kilo-default", model()), _conversation(), StepInput(automatic_caching=True)
     )
     assert count_markers(result.request, "anthropic") == 0
 
@@ -77,7 +78,7 @@ def test_spec_10_1_openai_explicit_breakpoints_from_gpt_5_6(
         cache={"kind": "automatic", "max_breakpoints": 0, "min_cacheable_tokens": 1024},
     )
     plan = compile_policy("kilo-default", m)
-    body = plan.apply(_conversation(), StepInput()).request
+    body = apply_plan(plan, _conversation(), StepInput()).request
     assert (count_markers(body, "openai") > 0) is explicit
     assert ("openai-explicit-breakpoints" in plan.overrides) is explicit
 
@@ -89,7 +90,7 @@ def test_spec_10_2_auto_rule_marks_last_tool_last_system_latest_user(tmp_path) -
         "  breakpoints: {last_tool: true, last_system: true, latest_user_message: true,"
         " system_first: 0, non_system_last: 0}\n"
     )
-    body = compile_policy(p, model()).apply(_conversation(), StepInput()).request
+    body = apply_plan(compile_policy(p, model()), _conversation(), StepInput()).request
     assert body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     last_user = body["messages"][-1]["content"]
@@ -98,7 +99,7 @@ def test_spec_10_2_auto_rule_marks_last_tool_last_system_latest_user(tmp_path) -
 
 
 def test_auto_rule_with_rolling_tail_and_split_ttls() -> None:
-    body = compile_policy("cache-max", model()).apply(_conversation(), StepInput()).request
+    body = apply_plan(compile_policy("cache-max", model()), _conversation(), StepInput()).request
     assert body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     marks = [

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.request import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.runtime.measure import measure, messages_json
 from kilo_rules.tokens import estimate
@@ -54,13 +55,15 @@ def test_spec_4_preflight_compacts_at_the_threshold_but_not_mid_tool_loop(tmp_pa
     plan = compile_policy(p, model(limits={"context": 20_000, "output": 4_000}))
     assert plan.value("overflow.limit") == 10_000
     long = session(user("u1", "y" * 60_000))
-    assert plan.apply(long, StepInput()).compaction_needed == "preflight"
+    assert apply_plan(plan, long, StepInput()).compaction_needed == "preflight"
     mid = session(user("u1", "y" * 60_000), assistant("a1", tool("t1", "z"), finish=None))
-    result = plan.apply(mid, StepInput())
+    result = apply_plan(plan, mid, StepInput())
     assert result.compaction_needed is None
     assert any(d.rule == "preflight" and "mid tool loop" in str(d.result) for d in result.decisions)
     kilo = compile_policy("kilo-default", model(limits={"context": 20_000, "output": 4_000}))
-    assert kilo.apply(long, StepInput()).compaction_needed is None  # no threshold: no preflight
+    assert (
+        apply_plan(kilo, long, StepInput()).compaction_needed is None
+    )  # no threshold: no preflight
 
 
 def _big_tool_session(n: int, size: int) -> list:  # type: ignore[type-arg]
@@ -76,7 +79,7 @@ def test_spec_8_payload_guard_prunes_once_then_sends(tmp_path: Path) -> None:
     p.write_text("version: 1\nname: p\nextends: kilo-default\npayload:\n  max_bytes: 400_000\n")
     plan = compile_policy(p, model(limits={"context": 2_000_000, "output": 8_000}))
     s = session(*_big_tool_session(8, 100_000))
-    result = plan.apply(s, StepInput())
+    result = apply_plan(plan, s, StepInput())
     marks = [m for m in result.mutations if m["op"] == "mark_compacted"]
     assert marks and all(m["reason"] == "payload-limit" for m in marks)
     guard = next(d for d in result.decisions if d.rule == "payload-limit")
@@ -91,7 +94,7 @@ def test_spec_8_payload_guard_skips_the_rebuild_when_pruning_cannot_help(tmp_pat
     p.write_text("version: 1\nname: p\nextends: kilo-default\npayload:\n  max_bytes: 1_000\n")
     plan = compile_policy(p, model())
     s = session(user("u1", "q" * 5_000))  # only the current turn: nothing prunable
-    result = plan.apply(s, StepInput())
+    result = apply_plan(plan, s, StepInput())
     guard = next(d for d in result.decisions if d.rule == "payload-limit")
     assert guard.severity == "warning" and guard.result["why"] == "pruning cannot help"
     assert not [m for m in result.mutations if m["op"] == "mark_compacted"]
@@ -120,16 +123,16 @@ def test_tiktoken_counts_are_cached_per_message(tmp_path: Path) -> None:
     )
     plan = compile_policy(p, model())
     s = session(*_big_tool_session(3, 2_000))
-    first = plan.apply(s, StepInput())
+    first = apply_plan(plan, s, StepInput())
     stats = plan.memo["counter"].stats()
-    again = plan.apply(s, StepInput())
+    again = apply_plan(plan, s, StepInput())
     after = plan.memo["counter"].stats()
     assert after.misses == stats.misses  # nothing recounted on the next step
     assert after.hits > stats.hits
     assert first.body() == again.body()
     assert not [d for d in first.decisions if d.rule == "tokens.counter"]  # offline, no fallback
     s2 = s.model_copy(update={"messages": [*s.messages, assistant("a9", text("t", "done"))]})
-    plan.apply(s2, StepInput())
+    apply_plan(plan, s2, StepInput())
     assert plan.memo["counter"].stats().misses > after.misses  # only the new parts
 
 
@@ -138,6 +141,6 @@ def test_unknown_encoding_falls_back_to_the_estimate_with_a_warning(tmp_path: Pa
     p.write_text(
         "version: 1\nname: p\nextends: kilo-default\ntokens:\n  counter: 'tiktoken:o200k_base'\n"
     )
-    result = compile_policy(p, model()).apply(session(user("u", "hi")), StepInput())
+    result = apply_plan(compile_policy(p, model()), session(user("u", "hi")), StepInput())
     warning = next(d for d in result.decisions if d.rule == "tokens.counter")
     assert warning.severity == "warning"

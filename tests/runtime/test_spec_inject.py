@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kilo_rules.compile import compile_policy
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import Agent, StepInput, Workspace
 from kilo_rules.session import ToolPart
 
@@ -20,8 +21,8 @@ def _texts(message: dict) -> list[str]:
 def test_plan_mode_reminder_on_the_last_user_message(tmp_path: Path) -> None:
     plan = compile_policy("kilo-default", model())
     s = session(user("u1", "first"), assistant("a1", text("t", "ok")), user("u2", "plan it"))
-    result = plan.apply(
-        s, StepInput(agent=Agent(name="plan"), workspace=Workspace(cwd=str(tmp_path)))
+    result = apply_plan(
+        plan, s, StepInput(agent=Agent(name="plan"), workspace=Workspace(cwd=str(tmp_path)))
     )
     last = result.request["messages"][-1]
     texts = _texts(last)
@@ -37,10 +38,12 @@ def test_build_switch_reminder_after_plan_mode(tmp_path: Path) -> None:
     step = StepInput(
         agent=Agent(name="code"), previous_agent="plan", workspace=Workspace(cwd=str(tmp_path))
     )
-    texts = _texts(plan.apply(s, step).request["messages"][-1])
+    texts = _texts(apply_plan(plan, s, step).request["messages"][-1])
     assert any(t.startswith("You are now in build mode") for t in texts)
     plain = _texts(
-        plan.apply(s, StepInput(workspace=Workspace(cwd=str(tmp_path)))).request["messages"][-1]
+        apply_plan(plan, s, StepInput(workspace=Workspace(cwd=str(tmp_path)))).request["messages"][
+            -1
+        ]
     )
     assert not any("build mode" in t for t in plain)
 
@@ -49,10 +52,12 @@ def test_max_steps_prompt_on_the_last_allowed_step(tmp_path: Path) -> None:
     plan = compile_policy("kilo-default", model())
     s = session(user("u1", "go"), assistant("a1", tool("t1"), finish="tool-calls"))
     ws = Workspace(cwd=str(tmp_path))
-    last = plan.apply(s, StepInput(step=5, max_steps=5, workspace=ws)).request["messages"][-1]
+    last = apply_plan(plan, s, StepInput(step=5, max_steps=5, workspace=ws)).request["messages"][-1]
     assert last["role"] == "assistant"
     assert last["content"][-1]["text"].startswith("The maximum number of steps")
-    before = plan.apply(s, StepInput(step=4, max_steps=5, workspace=ws)).request["messages"][-1]
+    before = apply_plan(plan, s, StepInput(step=4, max_steps=5, workspace=ws)).request["messages"][
+        -1
+    ]
     assert "maximum number of steps" not in str(before)
 
 
@@ -69,12 +74,14 @@ def test_interjection_wraps_a_message_sent_mid_tool_loop(tmp_path: Path) -> None
         assistant("a1", tool("t1"), finish="tool-calls"),
         user("u2", "also add a test"),
     )
-    result = plan.apply(s, StepInput(workspace=Workspace(cwd=str(tmp_path))))
+    result = apply_plan(plan, s, StepInput(workspace=Workspace(cwd=str(tmp_path))))
     texts = _texts(result.request["messages"][-1])
     assert texts[0] == "<user-interjection>also add a test</user-interjection>"
     assert _texts(result.request["messages"][0])[0] == "fix the bug"
-    kilo = compile_policy("kilo-default", model()).apply(
-        s, StepInput(workspace=Workspace(cwd=str(tmp_path)))
+    kilo = apply_plan(
+        compile_policy("kilo-default", model()),
+        s,
+        StepInput(workspace=Workspace(cwd=str(tmp_path))),
     )
     assert _texts(kilo.request["messages"][-1])[0] == "also add a test"
 
@@ -98,7 +105,7 @@ def test_on_demand_instructions_once_per_assistant_message(tmp_path: Path) -> No
         assistant("a2", read("3", "pkg/a.py"), finish="tool-calls"),
     )
     plan = compile_policy("kilo-default", model())
-    result = plan.apply(s, StepInput(workspace=Workspace(cwd=str(repo), root=str(repo))))
+    result = apply_plan(plan, s, StepInput(workspace=Workspace(cwd=str(repo), root=str(repo))))
     body = str(result.request)
     # the root AGENTS.md is in the system prompt, so only pkg/AGENTS.md is attached:
     # once for a1 (not again for its second read) and once for a2

@@ -6,6 +6,7 @@ import base64
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.request import Media, Text, ToolResult
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.runtime.history import project, turns
 from kilo_rules.runtime.lower import INTERRUPTED, LowerSettings, lower
@@ -67,7 +68,7 @@ def test_spec_7_3_turns_start_at_user_messages_without_compaction() -> None:
 
 def test_spec_7_6_compaction_request_renders_as_question() -> None:
     plan = compile_policy("kilo-default", model())
-    result = plan.apply(session(*_compacted_session()), StepInput())
+    result = apply_plan(plan, session(*_compacted_session()), StepInput())
     first = result.request["messages"][0]
     assert first["role"] == "user"
     assert first["content"][0]["text"] == "What did we do so far?"
@@ -150,7 +151,7 @@ def test_media_move_out_of_tool_results_when_provider_cannot_take_them() -> None
 def test_spec_8_environment_block_is_byte_identical_across_steps() -> None:
     plan = compile_policy("kilo-default", model())
     s = session(user("u1", "hi"), assistant("a1", tool("t1", "x"), finish="tool-calls"))
-    first = plan.apply(s, StepInput(step=1))
+    first = apply_plan(plan, s, StepInput(step=1))
     env = [m for m in first.mutations if m["op"] == "add_part"]
     assert len(env) == 1 and env[0]["message_id"] == "u1"
     assert env[0]["part"]["text"].startswith(
@@ -168,7 +169,7 @@ def test_spec_8_environment_block_is_byte_identical_across_steps() -> None:
             ]
         }
     )
-    second = plan.apply(persisted, StepInput(step=2))
+    second = apply_plan(plan, persisted, StepInput(step=2))
     assert not [m for m in second.mutations if m["op"] == "add_part"]
     assert first.request["messages"][0] == second.request["messages"][0]
 
@@ -194,7 +195,7 @@ def test_client_cache_marks_are_kept_and_counted() -> None:
         assistant("a2", text("t2", "x")),
         user("u3", "more"),
     )
-    result = compile_policy("kilo-default", model()).apply(s, StepInput())
+    result = apply_plan(compile_policy("kilo-default", model()), s, StepInput())
     first = result.request["messages"][0]["content"][0]
     assert first["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert count_markers(result.request, "anthropic") == 4  # 1 client + system + last 2
@@ -214,11 +215,8 @@ def test_gemini_function_call_signatures_are_sent_back() -> None:
     m = model(
         id="g/m", provider="google", api="gemini", api_id="gemini-3-pro-preview", family="gemini"
     )
-    body = (
-        compile_policy("kilo-default", m)
-        .apply(session(user("u", "go"), assistant("a", signed)), StepInput())
-        .request
-    )
+    plan = compile_policy("kilo-default", m)
+    body = apply_plan(plan, session(user("u", "go"), assistant("a", signed)), StepInput()).request
     from ..providers.wire_checks import check
 
     check(body, "gemini")  # the documented request shape takes a signed call
@@ -245,7 +243,7 @@ def test_marks_before_a_client_one_hour_mark_are_raised_to_one_hour() -> None:
         ],
     )
     s = session(marked, assistant("a1", text("t", "ok")), user("u2", "q"))
-    result = compile_policy("kilo-default", model()).apply(s, StepInput())
+    result = apply_plan(compile_policy("kilo-default", model()), s, StepInput())
     assert result.request["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     later = result.request["messages"][-1]["content"][-1]["cache_control"]
     assert later == {"type": "ephemeral"}  # after the 1h mark: left at 5 minutes

@@ -6,6 +6,7 @@ import pytest
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.plan import CapSettings
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.runtime.output import cap_output, max_output_tokens
 
@@ -42,7 +43,7 @@ def test_spec_2_openai_compatible_gpt5_sends_no_cap() -> None:
     )
     plan = compile_policy("kilo-default", m)
     assert plan.value("output.send") is False
-    result = plan.apply(session(user("u1", "hi")))
+    result = apply_plan(plan, session(user("u1", "hi")))
     assert "max_tokens" not in result.request and "max_completion_tokens" not in result.request
     other = compile_policy(
         "kilo-default",
@@ -126,7 +127,7 @@ def test_spec_5_cap_uses_reported_usage_of_last_finished_assistant() -> None:
         input=150_000, output=10_000, reasoning=5_000, cache=CacheTokens(read=10_000, write=5_000)
     )
     s = session(user("u1", "hi"), assistant("a1", text("a1-t", "ok"), tokens=big), user("u2", "go"))
-    result = plan.apply(s, StepInput())
+    result = apply_plan(plan, s, StepInput())
     cap = next(d for d in result.decisions if d.stage == "output")
     assert cap.inputs["reported"] == 180_000
     assert result.request["max_tokens"] == 200_000 - 180_000 - 2048

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kilo_rules.compile import compile_policy
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import Agent, Skill, StepInput, Workspace
 from kilo_rules.runtime.system import (
     InstructionSettings,
@@ -71,8 +72,8 @@ def test_spec_9_2_muse_model_name_is_filled_in() -> None:
 
 def test_spec_9_1_one_system_block_by_default(tmp_path: Path) -> None:
     plan = compile_policy("kilo-default", model())
-    result = plan.apply(
-        session(user("u1", "hi")), StepInput(workspace=Workspace(cwd=str(tmp_path)))
+    result = apply_plan(
+        plan, session(user("u1", "hi")), StepInput(workspace=Workspace(cwd=str(tmp_path)))
     )
     texts = _system_texts(result.request)
     assert len(texts) == 1
@@ -87,7 +88,7 @@ def test_spec_9_1_agent_prompt_replaces_family_prompt(tmp_path: Path) -> None:
     step = StepInput(
         agent=Agent(prompt="You review code only."), workspace=Workspace(cwd=str(tmp_path))
     )
-    text = _system_texts(plan.apply(session(user("u1", "hi")), step).request)[0]
+    text = _system_texts(apply_plan(plan, session(user("u1", "hi")), step).request)[0]
     assert "You review code only." in text
     assert (PROMPTS / "anthropic.txt").read_text().strip() not in text
 
@@ -95,9 +96,9 @@ def test_spec_9_1_agent_prompt_replaces_family_prompt(tmp_path: Path) -> None:
 def test_spec_9_1_user_system_override_is_appended_last(tmp_path: Path) -> None:
     plan = compile_policy("kilo-default", model())
     s = session(user("u1", "hi", system="Answer in French."))
-    text = _system_texts(plan.apply(s, StepInput(workspace=Workspace(cwd=str(tmp_path)))).request)[
-        0
-    ]
+    text = _system_texts(
+        apply_plan(plan, s, StepInput(workspace=Workspace(cwd=str(tmp_path)))).request
+    )[0]
     assert text.endswith("Answer in French.")
 
 
@@ -113,13 +114,13 @@ def test_spec_9_3_skills_sorted_stable_and_described_only(tmp_path: Path) -> Non
     plan = compile_policy("kilo-default", model())
     skills = (Skill("zeta", "last"), Skill("alpha", "first"), Skill("nodesc", None))
     step = StepInput(agent=Agent(skills=skills), workspace=Workspace(cwd=str(tmp_path)))
-    text = _system_texts(plan.apply(session(user("u1", "hi")), step).request)[0]
+    text = _system_texts(apply_plan(plan, session(user("u1", "hi")), step).request)[0]
     assert text.index("- alpha: first") < text.index("- zeta: last")
     assert "nodesc" not in text
     off = StepInput(
         agent=Agent(skills=skills, skills_enabled=False), workspace=Workspace(cwd=str(tmp_path))
     )
-    assert "alpha" not in _system_texts(plan.apply(session(user("u1", "hi")), off).request)[0]
+    assert "alpha" not in _system_texts(apply_plan(plan, session(user("u1", "hi")), off).request)[0]
 
 
 def test_instruction_find_up_first_name_wins_without_stacking(tmp_path: Path) -> None:

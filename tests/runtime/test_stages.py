@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kilo_rules.compile import RUNTIME_STAGES, compile_policy
-from kilo_rules.runtime.apply import STAGES, run
+from kilo_rules.runtime.apply import STAGES, apply_plan, run
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.session import Session
 
@@ -39,7 +39,7 @@ def test_until_stops_after_a_stage_and_keeps_what_it_made() -> None:
     assert output.cap is not None and output.run.decisions[-1].rule == f"cap.{output.cap.rule}"
     assert output.input_tokens > 0 and output.request is None
     done = run(PLAN, _session(), StepInput())
-    assert done.body == PLAN.apply(_session(), StepInput()).request
+    assert done.body == apply_plan(PLAN, _session(), StepInput()).request
 
 
 def test_an_unknown_stage_is_refused_with_the_known_ones() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.importers import import_file
+from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.session import Session
 
@@ -73,16 +74,16 @@ def test_real_session_renders_valid_requests(log: Path, api: str) -> None:
         pytest.skip(f"{log} is not available (../shared is absent)")
     session = _session(log)
     plan = compile_policy("kilo-default", MODELS[api])
-    result = plan.apply(session, StepInput())
+    result = apply_plan(plan, session, StepInput())
     check(result.request, api)
     jsonschema.validate(result.to_json(), DECISIONS)
-    assert result.body() == plan.apply(session, StepInput()).body()
+    assert result.body() == apply_plan(plan, session, StepInput()).body()
 
 
 @pytest.mark.parametrize("policy", ["local-small", "cache-max"])
 def test_other_bundled_policies_render_valid_requests(policy: str) -> None:
     session = _session(LOGS[0])
     for api, m in MODELS.items():
-        result = compile_policy(policy, m).apply(session, StepInput())
+        result = apply_plan(compile_policy(policy, m), session, StepInput())
         check(result.request, api)
         jsonschema.validate(result.to_json(), DECISIONS)
