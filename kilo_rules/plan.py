@@ -234,6 +234,16 @@ class Plan:
         """Where a setting of the effective policy was written."""
         return self._locate(tuple(dotted.split(".")))
 
+    def where(self, dotted: str | None) -> Location | None:
+        """Where the rule behind a decision is written; None for a decision that no setting
+        makes (or a setting the policy cannot place)."""
+        if dotted is None:
+            return None
+        try:
+            return self.locate(dotted)
+        except Exception:  # a lookup failure must never fail the step it explains
+            return None
+
     def context(self, dynamic: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """An evaluation context: static values plus ``dynamic`` names, with every
         per-step policy value evaluated in order."""

@@ -43,17 +43,10 @@ _DEFAULT_LOWER = LowerSettings()
 PIN_HEADING = "## Standing instructions"
 
 
-def _at(plan: Plan, dotted: str) -> str | None:
-    try:
-        return str(plan.locate(dotted))
-    except Exception:  # a setting inherited from nowhere has no location
-        return None
-
-
 def _decide(
     plan: Plan, rule: str, setting: str | None, inputs: dict[str, Any], result: Any
 ) -> Decision:
-    return Decision("compaction", rule, _at(plan, setting) if setting else None, inputs, result)
+    return Decision("compaction", rule, plan.where(setting), inputs, result)
 
 
 def preserve_budget(plan: Plan) -> int:

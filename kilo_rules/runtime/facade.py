@@ -129,16 +129,13 @@ class Runtime:
             self._attempts[session.id] = (key, n + 1)
 
     def _where(self, dotted: str) -> Location:
-        try:
-            return self.plan.locate(dotted)
-        except Exception:  # an engine default has no place in the policy
-            return Location(self.plan.policy_file, 1, 1)
+        # An engine default has no place in the policy: point at the policy file.
+        return self.plan.where(dotted) or Location(self.plan.policy_file, 1, 1)
 
     def _decide(
         self, rule: str, setting: str | None, inputs: dict[str, Any], result: Any
     ) -> Decision:
-        at = str(self._where(setting)) if setting else None
-        return Decision("compaction", rule, at, inputs, result)
+        return Decision("compaction", rule, self.plan.where(setting), inputs, result)
 
     def _reason(self, session: Session, result: TurnResult, ds: list[Decision]) -> str | None:
         with self._lock:

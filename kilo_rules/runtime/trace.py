@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import Location
 from ..session import Message, Session, TokenUsage
 from .context import StepInput
 from .measure import JsonCache
@@ -26,13 +27,14 @@ class Decision:
 
     stage: str
     rule: str
-    at: str | None
+    at: Location | None  # where the rule is written in the policy
     inputs: dict[str, Any] = field(default_factory=dict)
     result: Any = None
     severity: str = "info"
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"stage": self.stage, "rule": self.rule, "at": self.at}
+        at = str(self.at) if self.at is not None else None
+        out: dict[str, Any] = {"stage": self.stage, "rule": self.rule, "at": at}
         if self.inputs:
             out["inputs"] = self.inputs
         out["result"] = self.result
@@ -101,12 +103,6 @@ class StepRun:
         if warning:
             self.decide("lower", "tokens.counter", "tokens.counter", {}, warning, "warning")
 
-    def at(self, dotted: str) -> str | None:
-        try:
-            return str(self.plan.locate(dotted))
-        except Exception:
-            return None
-
     def decide(
         self,
         stage: str,
@@ -116,8 +112,9 @@ class StepRun:
         result: Any,
         severity: str = "info",
     ) -> None:
-        at = self.at(setting) if setting else None
-        self.decisions.append(Decision(stage, rule, at, inputs, result, severity))
+        self.decisions.append(
+            Decision(stage, rule, self.plan.where(setting), inputs, result, severity)
+        )
 
     def setting(self, dotted: str, default: Any = None) -> Any:
         v = self.plan.setting(dotted, default)

@@ -168,7 +168,7 @@ def test_a_request_that_cannot_fit_is_compacted_before_it_is_sent() -> None:
     window = next(d for d in first.decisions if d.rule == "window")
     assert window.result == "compact" and window.severity == "warning"
     assert window.inputs["input"] + window.inputs["output"] > window.inputs["context"] == 20_000
-    assert window.at is not None and window.at.endswith(str(PLAN.locate("overflow.unfit")))
+    assert window.at == PLAN.locate("overflow.unfit")
     step = runtime.step(_grown_by_a_tool(16_000))
     assert step.compactions == 1 and step.turn.fits
     # The compaction is the one a provider's refusal would cause: overflow mode.
