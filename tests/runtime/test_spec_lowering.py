@@ -174,10 +174,9 @@ def test_spec_8_environment_block_is_byte_identical_across_steps() -> None:
     assert first.request["messages"][0] == second.request["messages"][0]
 
 
-def test_client_cache_marks_are_kept_and_counted() -> None:
-    from kilo_rules.providers import count_markers
-
-    marked = Message(
+def _one_hour_client_mark() -> Message:
+    """A user message whose text the client asked to cache for an hour."""
+    return Message(
         id="u1",
         role="user",
         parts=[
@@ -188,6 +187,12 @@ def test_client_cache_marks_are_kept_and_counted() -> None:
             )
         ],
     )
+
+
+def test_client_cache_marks_are_kept_and_counted() -> None:
+    from kilo_rules.providers import count_markers
+
+    marked = _one_hour_client_mark()
     s = session(
         marked,
         assistant("a1", text("t", "ok")),
@@ -231,17 +236,7 @@ def test_marks_before_a_client_one_hour_mark_are_raised_to_one_hour() -> None:
     # before the client's 1h mark, so they are raised rather than sent in the wrong order.
     from kilo_rules.providers.acceptance import check_body
 
-    marked = Message(
-        id="u1",
-        role="user",
-        parts=[
-            TextPart(
-                id="p",
-                text="big stable doc",
-                metadata={"cache_control": {"type": "ephemeral", "ttl": "1h"}},
-            )
-        ],
-    )
+    marked = _one_hour_client_mark()
     s = session(marked, assistant("a1", text("t", "ok")), user("u2", "q"))
     result = apply_plan(compile_policy("kilo-default", model()), s, StepInput())
     assert result.request["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
