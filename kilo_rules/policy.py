@@ -9,8 +9,10 @@ explicitly, with their upstream origin, and other policies ``extends:`` it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -579,3 +581,85 @@ class Policy(PolicyBody):
 
 
 SCHEMA_ID = "https://kilo-rules.dev/schemas/policy.v1.json"
+
+
+# ----------------------------------------------------------------- expression fields
+
+JsonPath = tuple[str | int, ...]
+
+
+def expression_fields(data: Any) -> list[tuple[JsonPath, str]]:
+    """(path, type) of every string value of policy ``data`` that the model marks as an
+    expression (:class:`ExprOf`), read from the fields' own type annotations."""
+    out: dict[JsonPath, str] = {}
+    _walk(Policy, (), data, (), out)
+    return list(out.items())
+
+
+def expression_kind(path: JsonPath) -> str | None:
+    """The expression type the field at ``path`` takes (None: not an expression field)."""
+    tp: Any = Policy
+    meta: tuple[Any, ...] = ()
+    for step in path:
+        found = _child(tp, step)
+        if found is None:
+            return None
+        tp, meta = found
+    return _kind(tp, meta)
+
+
+def _kind(tp: Any, meta: Sequence[Any]) -> str | None:
+    """The ExprOf type of an annotation (through Optional and Annotated), if any."""
+    for m in meta:
+        if isinstance(m, ExprOf):
+            return m.type
+    if get_origin(tp) is Annotated:
+        base, *extra = get_args(tp)
+        return _kind(base, extra)
+    if get_origin(tp) in (Union, UnionType):
+        kinds = [_kind(arg, meta) for arg in get_args(tp) if arg is not type(None)]
+        return next((k for k in kinds if k), None)
+    return None
+
+
+def _branches(tp: Any) -> list[Any]:
+    """The alternatives of an annotation, Annotated and Optional unwrapped."""
+    if get_origin(tp) is Annotated:
+        return _branches(get_args(tp)[0])
+    if get_origin(tp) in (Union, UnionType):
+        return [b for arg in get_args(tp) if arg is not type(None) for b in _branches(arg)]
+    return [tp]
+
+
+def _child(tp: Any, step: str | int) -> tuple[Any, tuple[Any, ...]] | None:
+    """The annotation (and its field metadata) one step below ``tp``."""
+    for branch in _branches(tp):
+        if isinstance(branch, type) and issubclass(branch, BaseModel) and isinstance(step, str):
+            field = branch.model_fields.get(step)
+            if field is not None:
+                return field.annotation, tuple(field.metadata)
+        elif get_origin(branch) is list and isinstance(step, int):
+            return get_args(branch)[0], ()
+        elif get_origin(branch) is dict and isinstance(step, str):
+            return get_args(branch)[1], ()
+    return None
+
+
+def _walk(
+    tp: Any, meta: Sequence[Any], value: Any, path: JsonPath, out: dict[JsonPath, str]
+) -> None:
+    if isinstance(value, str):
+        kind = _kind(tp, meta)
+        if kind is not None:
+            out[path] = kind
+        return
+    if isinstance(value, dict):
+        items: Iterable[tuple[str | int, Any]] = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return
+    for key, item in items:
+        found = _child(tp, key)
+        if found is not None:
+            _walk(found[0], found[1], item, (*path, key), out)

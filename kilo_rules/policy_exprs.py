@@ -32,8 +32,8 @@ from .expr import (
 from .expr.compile import compile_expr
 from .expr.types import type_of_value
 from .load import JsonPath, lookup
+from .policy import expression_fields, expression_kind
 from .resolve import ResolvedPolicy, policy_bodies
-from .validate import expression_fields
 
 KIND_TYPES: dict[str, Type] = {
     "int": INT,
@@ -93,7 +93,7 @@ def policy_vocabulary(policy: ResolvedPolicy, kinds: dict[JsonPath, str]) -> Voc
             kind = kinds.get((*prefix, *path))
             t = KIND_TYPES[kind] if kind else type_of_value(value)
             if value is None:
-                field_kind = _schema_kind(path)
+                field_kind = expression_kind(path)
                 t = nullable(KIND_TYPES[field_kind]) if field_kind else t
             prev = types.get(name)
             if prev is None:
@@ -103,28 +103,6 @@ def policy_vocabulary(policy: ResolvedPolicy, kinds: dict[JsonPath, str]) -> Voc
                 types[name] = Type(frozenset(merged), prev.elem or t.elem)
     base = default_vocabulary()
     return base.extended({k: v for k, v in types.items() if k not in base})
-
-
-def _schema_kind(path: JsonPath) -> str | None:
-    """The expression kind of a field from the schema, for a value that is null."""
-    from .jsonschemas import load_schema
-
-    schema = load_schema("policy.v1.json")
-    defs = schema["$defs"]
-    node: Any = schema
-    for p in path:
-        while isinstance(node, dict) and ("$ref" in node or "anyOf" in node):
-            if "$ref" in node:
-                node = defs[node["$ref"].rsplit("/", 1)[1]]
-            else:
-                refs = [b for b in node["anyOf"] if isinstance(b, dict) and "$ref" in b]
-                node = refs[0] if refs else node["anyOf"][0]
-        props = node.get("properties", {}) if isinstance(node, dict) else {}
-        if p not in props:
-            return None
-        node = props[p]
-    kind = node.get("x-expression") if isinstance(node, dict) else None
-    return str(kind) if kind else None
 
 
 def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:

@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator
 
 from kilo_rules.jsonschemas import generated_schemas, render
 from kilo_rules.load import load_yaml_resource
-from kilo_rules.validate import expression_fields
+from kilo_rules.policy import expression_fields
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -66,3 +66,24 @@ def test_expression_fields_are_found_in_kilo_default() -> None:
     assert fields[("prompts", "rules", 0, "when")] == "bool"
     assert fields[("cache", "placement")] == "str"
     assert ("prune", "protect_tokens") not in fields  # a plain integer there
+
+
+def test_expression_types_come_from_the_model_through_lists_and_overrides() -> None:
+    from kilo_rules.policy import expression_kind
+
+    assert expression_kind(("budget", "usable")) == "int"
+    assert expression_kind(("overflow", "threshold_percent")) == "number?"
+    assert expression_kind(("prompts", "rules", 3, "replace", "name")) == "str"
+    assert expression_kind(("overrides", 0, "set", "output", "send")) == "bool"
+    assert expression_kind(("overrides", 0, "when")) == "bool"
+    assert expression_kind(("prune", "protect_turns")) is None  # a plain setting
+    assert expression_kind(("budget", "nope")) is None
+    fields = dict(
+        expression_fields(
+            {"overrides": [{"when": "model.id == 'x'", "set": {"budget": {"usable": "1 + 1"}}}]}
+        )
+    )
+    assert fields == {
+        ("overrides", 0, "when"): "bool",
+        ("overrides", 0, "set", "budget", "usable"): "int",
+    }
