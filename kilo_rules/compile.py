@@ -288,18 +288,13 @@ def _stage_compaction(b: _Build) -> None:
     output_max = int(chunking.get("output_max") or 0)
     flag = b.config.get("config.output_token_max")
     cap = min(output_max, int(flag)) if flag is not None else output_max
-    small = b
+    values: Mapping[str, Value] = b.values
     if flag is None or int(flag) != cap:
-        small = _Build(b.policy, b.model, {**b.config, "config.output_token_max": cap})
-        for name, stage in STAGES:
-            stage(small)
-            if name == "values":
-                break
-    usable = small.values["budget.usable"].value
-    configured = (
-        small.values["output.configured"].value if "output.configured" in small.values else None
-    )
-    b.chunk_model = ChunkModel(int(usable), int(configured or cap))
+        config = {**b.config, "config.output_token_max": cap}
+        values = compile_policy(b.policy, b.model, config=config, until="values").values
+    configured = values.get("output.configured")
+    out = configured.value if configured is not None else None
+    b.chunk_model = ChunkModel(int(values["budget.usable"].value), int(out or cap))
 
 
 def _stage_runtime(b: _Build) -> None:

@@ -61,8 +61,8 @@ class LRUCache(Generic[K, V]):
         self._hits = 0
         self._misses = 0
 
-    def get(self, key: K) -> V | None:
-        """The value cached for ``key`` (now the most recently used), or None."""
+    def _find(self, key: K) -> tuple[bool, V | None]:
+        """(found, value) for ``key``; a hit becomes the most recently used."""
         by_identity = self.by_identity
         slot: object = id(key) if by_identity else key
         with self._lock:
@@ -70,9 +70,13 @@ class LRUCache(Generic[K, V]):
             if entry is not None and (not by_identity or entry[0] is key):
                 self._data.move_to_end(slot)
                 self._hits += 1
-                return entry[1]
+                return True, entry[1]
             self._misses += 1
-            return None
+            return False, None
+
+    def get(self, key: K) -> V | None:
+        """The value cached for ``key`` (now the most recently used), or None."""
+        return self._find(key)[1]
 
     def put(self, key: K, value: V) -> None:
         """Cache ``value`` for ``key``, dropping the least recently used beyond the bound."""
@@ -85,15 +89,9 @@ class LRUCache(Generic[K, V]):
 
     def get_or(self, key: K, make: Callable[[], V]) -> V:
         """The value cached for ``key``, or ``make()`` cached and returned when absent."""
-        by_identity = self.by_identity
-        slot: object = id(key) if by_identity else key
-        with self._lock:
-            entry = self._data.get(slot)
-            if entry is not None and (not by_identity or entry[0] is key):
-                self._data.move_to_end(slot)
-                self._hits += 1
-                return entry[1]
-            self._misses += 1
+        found, cached = self._find(key)
+        if found:
+            return cached  # type: ignore[return-value]  # a cached value is a V
         value = make()
         self.put(key, value)
         return value

@@ -45,6 +45,11 @@ if TYPE_CHECKING:
     from ..plan import Plan
 
 
+def exceeds(input_tokens: int, output: int | None, window: int) -> bool:
+    """Input plus the output cap over a known window: the test providers apply."""
+    return bool(window) and input_tokens + (output or 0) > window
+
+
 @dataclass(frozen=True)
 class TurnResult:
     """What one step produces."""
@@ -69,8 +74,7 @@ class TurnResult:
 
         Providers refuse such a request as too long (Anthropic and OpenAI count the output
         cap against the window), so sending it only costs a round trip."""
-        output = self.model_request.max_tokens or 0
-        return not self.context or self.input_tokens + output <= self.context
+        return not exceeds(self.input_tokens, self.model_request.max_tokens, self.context)
 
     @property
     def warnings(self) -> list[Decision]:
@@ -353,7 +357,7 @@ def stage_window(st: StepState) -> None:
     """A request whose input and output cap exceed the window is not sent as it is."""
     window = st.run.plan.model.limits.context
     output = st.cap.value if st.cap is not None else None
-    if st.compaction_needed is None and window and st.input_tokens + (output or 0) > window:
+    if st.compaction_needed is None and exceeds(st.input_tokens, output, window):
         st.compaction_needed = unfit(st.run, st.input_tokens, output, window)
 
 

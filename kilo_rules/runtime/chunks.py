@@ -47,7 +47,6 @@ class ChunkSettings:
     """``compaction.chunking.*`` of the plan."""
 
     enabled: bool
-    output_max: int
     budget_ratio: float
     min_budget: int
     parallel: int
@@ -65,7 +64,6 @@ class ChunkSettings:
 
         return cls(
             enabled=bool(get("enabled")),
-            output_max=int(get("output_max") or 0),
             budget_ratio=float(get("budget_ratio") or 0.0),
             min_budget=int(get("min_budget") or 0),
             parallel=max(1, int(get("parallel") or 1)),
