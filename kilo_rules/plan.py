@@ -8,15 +8,15 @@ step. Each decision is also callable alone (``plan.value("budget.usable")``,
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal
 
 from .catalog import ModelInfo
 from .errors import Location
 from .expr import CompiledExpr
+from .frozen import FrozenDict, freeze
 
 if TYPE_CHECKING:
     from .truncate import TruncateResult
@@ -46,48 +46,6 @@ def _rel_file(file: str) -> str:
 
 def _rel(loc: Location) -> str:
     return str(loc.relative())
-
-
-class FrozenDict(dict[str, Any]):
-    """A mapping that refuses every change.
-
-    A compiled plan is shared by every caller of ``compile_policy`` (it is cached) and by
-    every thread that applies it, so none of them may change it under the others. It is a
-    ``dict`` so that readers and ``json.dumps`` treat it as one; copies are plain dicts."""
-
-    __slots__ = ()
-
-    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
-        raise TypeError("a compiled plan is immutable; compile another policy instead")
-
-    __setitem__ = _refuse
-    __delitem__ = _refuse
-    __ior__ = _refuse
-    clear = _refuse
-    pop = _refuse
-    popitem = _refuse
-    setdefault = _refuse
-    update = _refuse
-
-    def __copy__(self) -> dict[str, Any]:
-        return dict(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
-        return {k: copy.deepcopy(v, memo) for k, v in self.items()}
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (dict, (dict(self),))
-
-
-def freeze(value: Any) -> Any:
-    """``value`` with every dict made a :class:`FrozenDict` and every list a tuple."""
-    if isinstance(value, FrozenDict):
-        return value
-    if isinstance(value, dict):
-        return FrozenDict({k: freeze(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
-        return tuple(freeze(v) for v in value)
-    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,14 @@
 Every knob Kilo Code hard-codes is a field here. Values that depend on the model or the
 session are *expressions* (strings in the YAML, see ``docs/expressions.md``); a field that
 takes one is marked with :class:`ExprOf` so the checker knows the type it must produce.
-Defaults are **not** Kilo's constants: the bundled ``kilo-default`` policy states those
-explicitly, with their upstream origin, and other policies ``extends:`` it.
+
+The model is also the one place a knob's default lives: compile validates the merged policy
+into a :class:`PolicyBody` (``Plan.settings``) and the engine reads its typed fields, never
+a string path with a fallback. A numeric or switch default is Kilo's constant, so a knob a
+policy leaves out behaves as in Kilo; texts default to none (the engine writes no prose a
+policy did not), except the placeholders that stand for removed content. Caching is off
+unless a policy asks for it. The bundled ``kilo-default`` still states every value, with
+its upstream origin.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from dataclasses import dataclass
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from .frozen import FrozenDict
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,21 +70,21 @@ class _Section(BaseModel):
 class Tokens(_Section):
     """How tokens are counted (spec §1)."""
 
-    counter: str | None = Field(
-        None,
+    counter: str = Field(
+        "estimate",
         description="Token counter: 'estimate' (characters / chars_per_token), "
         "'tiktoken:<encoding>' (loaded offline), or 'model' to use the model's catalog "
         "tokenizer.",
         pattern=r"^(estimate|model|tiktoken:[A-Za-z0-9_]+)$",
     )
-    chars_per_token: float | None = Field(
-        None, gt=0, description="Characters per token of the estimate (Kilo: 4, rounded half-up)."
+    chars_per_token: float = Field(
+        4.0, gt=0, description="Characters per token of the estimate (Kilo: 4, rounded half-up)."
     )
-    safety_factor: float | None = Field(
-        None, ge=1, description="Multiplier applied to every count, to err on the safe side."
+    safety_factor: float = Field(
+        1.0, ge=1, description="Multiplier applied to every count, to err on the safe side."
     )
-    preflight_factor: float | None = Field(
-        None,
+    preflight_factor: float = Field(
+        1.3,
         ge=1,
         description="Correction applied to the preflight estimate and the chunked-compaction "
         "'needed' test (Kilo: 1.3). Not applied to provider-reported usage.",
@@ -89,13 +97,11 @@ class Tokens(_Section):
 class OutputCap(_Section):
     """Lowering the output cap so input + output fit the window (spec §5, capOutputTokens)."""
 
-    enabled: bool | None = Field(None, description="Apply the cap decision table.")
-    safety: int | None = Field(None, ge=0, description="Tokens kept free (Kilo SAFETY: 2048).")
-    minimum: int | None = Field(
-        None, ge=0, description="Never cap below this (Kilo MIN_OUTPUT: 1024)."
-    )
-    media_reserve: int | None = Field(
-        None, ge=0, description="Tokens added per media part to the estimate (Kilo: 2048)."
+    enabled: bool = Field(True, description="Apply the cap decision table.")
+    safety: int = Field(2048, ge=0, description="Tokens kept free (Kilo SAFETY: 2048).")
+    minimum: int = Field(1024, ge=0, description="Never cap below this (Kilo MIN_OUTPUT: 1024).")
+    media_reserve: int = Field(
+        2048, ge=0, description="Tokens added per media part to the estimate (Kilo: 2048)."
     )
 
 
@@ -116,7 +122,7 @@ class Output(_Section):
         None,
         description="Whether a cap is sent at all (Kilo omits it for openai-compatible gpt-5).",
     )
-    cap: OutputCap | None = Field(None, description="capOutputTokens decision table.")
+    cap: OutputCap = Field(default_factory=OutputCap, description="capOutputTokens decision table.")
 
 
 # --------------------------------------------------------------------------------- budget
@@ -141,24 +147,22 @@ class Preflight(_Section):
     enabled: BoolExpr | None = Field(
         None, description="Run the preflight estimate (Kilo: only with threshold_percent set)."
     )
-    skip_mid_tool_loop: bool | None = Field(
-        None, description="Never compact while a tool round-trip is open (Kilo: true)."
+    skip_mid_tool_loop: bool = Field(
+        True, description="Never compact while a tool round-trip is open (Kilo: true)."
     )
 
 
 class Overflow(_Section):
     """When the context counts as overflowing (spec §3)."""
 
-    auto: bool | None = Field(None, description="Detect overflow and compact automatically.")
-    count: list[Literal["input", "output", "reasoning", "cache_read", "cache_write"]] | None = (
-        Field(
-            None,
-            description="Usage fields summed into the overflow count (Kilo: all five; the "
-            "provider total is used only when they sum to 0).",
-        )
+    auto: bool = Field(True, description="Detect overflow and compact automatically.")
+    count: tuple[Literal["input", "output", "reasoning", "cache_read", "cache_write"], ...] = Field(
+        ("input", "output", "reasoning", "cache_read", "cache_write"),
+        description="Usage fields summed into the overflow count (Kilo: all five; the "
+        "provider total is used only when they sum to 0).",
     )
-    comparison: Literal[">=", ">"] | None = Field(
-        None, description="count >= limit (Kilo) or count > limit (old opencode)."
+    comparison: Literal[">=", ">"] = Field(
+        ">=", description="count >= limit (Kilo) or count > limit (old opencode)."
     )
     threshold_percent: NullableNumberExpr | None = Field(
         None,
@@ -170,9 +174,11 @@ class Overflow(_Section):
     limit: IntExpr | None = Field(
         None, description="The overflow limit (Kilo: min(usable, floor(window × pct / 100)))."
     )
-    preflight: Preflight | None = Field(None, description="Preflight estimate (spec §4).")
-    unfit: Literal["compact", "send"] | None = Field(
-        None,
+    preflight: Preflight = Field(
+        default_factory=Preflight, description="Preflight estimate (spec §4)."
+    )
+    unfit: Literal["compact", "send"] = Field(
+        "compact",
         description="A request whose input plus output cap exceed the context window: "
         "compact first, in overflow mode, as the provider's refusal would make Kilo do "
         "(compact), or send it and let the provider refuse it (send, Kilo's round trip).",
@@ -185,8 +191,8 @@ class Payload(_Section):
     max_bytes: IntExpr | None = Field(
         None, description="Byte limit of the serialised messages (Kilo REQUEST_PRUNE_BYTES)."
     )
-    on_exceed: Literal["prune-once", "warn", "error"] | None = Field(
-        None,
+    on_exceed: Literal["prune-once", "warn", "error"] = Field(
+        "prune-once",
         description="prune-once: prune with reason payload-limit, rebuild, then send with a "
         "warning (Kilo); warn: only warn; error: refuse to build the request.",
     )
@@ -198,34 +204,35 @@ class Payload(_Section):
 class PruneReasons(_Section):
     """Which triggers may prune (spec §6 gate)."""
 
-    normal: bool | None = Field(None, description="Prune on every step (Kilo: opt-in, false).")
-    post_compaction: bool | None = Field(None, description="Prune after a summary (Kilo: true).")
-    payload_limit: bool | None = Field(
-        None, description="Prune when the payload is too big (Kilo: true)."
-    )
+    normal: bool = Field(False, description="Prune on every step (Kilo: opt-in, false).")
+    post_compaction: bool = Field(True, description="Prune after a summary (Kilo: true).")
+    payload_limit: bool = Field(True, description="Prune when the payload is too big (Kilo: true).")
 
 
 class Prune(_Section):
     """Mark old tool outputs as compacted (spec §6). Nothing is deleted."""
 
-    enabled: bool | None = Field(None, description="Master switch (KILO_DISABLE_PRUNE).")
-    reasons: PruneReasons | None = Field(None, description="Per-trigger enablement.")
-    protect_turns: int | None = Field(
-        None, ge=0, description="Most recent user turns never pruned (Kilo: 2)."
+    enabled: bool = Field(True, description="Master switch (KILO_DISABLE_PRUNE).")
+    reasons: PruneReasons = Field(
+        default_factory=PruneReasons, description="Per-trigger enablement."
     )
-    protect_tokens: IntExpr | None = Field(
-        None, description="Newest tool-output tokens kept (Kilo PRUNE_PROTECT: 40000)."
+    protect_turns: int = Field(
+        2, ge=0, description="Most recent user turns never pruned (Kilo: 2)."
     )
-    minimum_tokens: IntExpr | None = Field(
-        None,
+    protect_tokens: IntExpr = Field(
+        40_000, description="Newest tool-output tokens kept (Kilo PRUNE_PROTECT: 40000)."
+    )
+    minimum_tokens: IntExpr = Field(
+        20_000,
         description="Prune only if more than this many tokens would go (Kilo PRUNE_MINIMUM: "
         "20000); all or nothing.",
     )
-    protected_tools: list[str] | None = Field(
-        None, description="Tools whose output is never pruned (Kilo: [skill])."
+    protected_tools: tuple[str, ...] = Field(
+        ("skill",), description="Tools whose output is never pruned (Kilo: [skill])."
     )
-    placeholder: str | None = Field(
-        None, description="Text the model sees instead of a pruned output."
+    placeholder: str = Field(
+        "[Old tool result content cleared]",
+        description="Text the model sees instead of a pruned output.",
     )
 
 
@@ -238,34 +245,35 @@ class Summary(_Section):
     template: str | None = Field(
         None, description="File (relative to the policy) with the summary template."
     )
-    new_instruction: str | None = Field(None, description="Instruction when no summary exists.")
-    update_instruction: str | None = Field(
-        None,
+    new_instruction: str = Field("", description="Instruction when no summary exists.")
+    update_instruction: str = Field(
+        "",
         description="Instruction to update the previous summary; {previous} is replaced by "
         "it, wrapped in <previous-summary> tags.",
     )
     tool_output_max_chars: int | None = Field(
-        None, ge=0, description="Tool outputs in the summary input are cut here (Kilo: 2000)."
+        2000, ge=0, description="Tool outputs in the summary input are cut here (Kilo: 2000)."
     )
-    strip_media: bool | None = Field(None, description="Replace media in the summary input.")
-    request_text: str | None = Field(
-        None, description="Text of the compaction user message (Kilo: 'What did we do so far?')."
+    strip_media: bool = Field(True, description="Replace media in the summary input.")
+    request_text: str = Field(
+        "What did we do so far?",
+        description="Text of the compaction user message (Kilo: 'What did we do so far?').",
     )
 
 
 class Chunking(_Section):
     """Chunked fallback when the head is too big to summarise at once."""
 
-    enabled: bool | None = Field(None, description="Use the chunked fallback.")
-    output_max: int | None = Field(None, ge=1, description="Summary output cap (Kilo: 2048).")
-    budget_ratio: float | None = Field(
-        None, gt=0, le=1, description="Chunk budget = usable × ratio (Kilo: 0.6)."
+    enabled: bool = Field(False, description="Use the chunked fallback.")
+    output_max: int = Field(2048, ge=1, description="Summary output cap (Kilo: 2048).")
+    budget_ratio: float = Field(
+        0.6, gt=0, le=1, description="Chunk budget = usable × ratio (Kilo: 0.6)."
     )
-    min_budget: int | None = Field(None, ge=1, description="Smallest chunk budget (Kilo: 1000).")
-    parallel: int | None = Field(None, ge=1, description="Chunks summarised at once (Kilo: 3).")
-    max_reduce_depth: int | None = Field(None, ge=1, description="Merge depth (Kilo: 3).")
-    clip_text_chars: int | None = Field(None, ge=1, description="Text clip (Kilo: 16000).")
-    clip_tool_chars: int | None = Field(None, ge=1, description="Tool I/O clip (Kilo: 2000).")
+    min_budget: int = Field(1000, ge=1, description="Smallest chunk budget (Kilo: 1000).")
+    parallel: int = Field(3, ge=1, description="Chunks summarised at once (Kilo: 3).")
+    max_reduce_depth: int = Field(3, ge=1, description="Merge depth (Kilo: 3).")
+    clip_text_chars: int = Field(16_000, ge=1, description="Text clip (Kilo: 16000).")
+    clip_tool_chars: int = Field(2000, ge=1, description="Tool I/O clip (Kilo: 2000).")
 
 
 class Pin(_Section):
@@ -280,29 +288,27 @@ class Pin(_Section):
 class Compaction(_Section):
     """Summary + verbatim tail (spec §7)."""
 
-    auto: bool | None = Field(None, description="Compact automatically (KILO_DISABLE_AUTOCOMPACT).")
-    tail_turns: int | None = Field(
-        None, ge=0, description="Recent turns kept verbatim (Kilo: 2; 0 = no tail)."
+    auto: bool = Field(True, description="Compact automatically (KILO_DISABLE_AUTOCOMPACT).")
+    tail_turns: int = Field(
+        2, ge=0, description="Recent turns kept verbatim (Kilo: 2; 0 = no tail)."
     )
     preserve_recent_tokens: IntExpr | None = Field(
         None,
         description="Token budget of the tail (Kilo: clamp(floor(usable × 0.25), 2000, 8000)).",
     )
-    max_attempts: int | None = Field(
-        None, ge=1, description="Compactions per turn before failing (Kilo: 3)."
+    max_attempts: int = Field(3, ge=1, description="Compactions per turn before failing (Kilo: 3).")
+    replay: bool = Field(
+        True, description="Re-post the last user message after an overflow compaction."
     )
-    replay: bool | None = Field(
-        None, description="Re-post the last user message after an overflow compaction."
-    )
-    continue_text: str | None = Field(
-        None, description="Synthetic user message after an automatic compaction."
+    continue_text: str = Field(
+        "", description="Synthetic user message after an automatic compaction."
     )
     overflow_preamble: str | None = Field(
         None, description="Prefix of the continue text when media overflowed the window."
     )
-    summary: Summary | None = Field(None, description="The summary request.")
-    chunking: Chunking | None = Field(None, description="Chunked fallback.")
-    pin: list[Pin] | None = Field(None, description="Kept verbatim across compactions.")
+    summary: Summary = Field(default_factory=Summary, description="The summary request.")
+    chunking: Chunking = Field(default_factory=Chunking, description="Chunked fallback.")
+    pin: tuple[Pin, ...] = Field((), description="Kept verbatim across compactions.")
 
 
 # --------------------------------------------------------------------------------- tool output
@@ -311,14 +317,15 @@ class Compaction(_Section):
 class ToolOutput(_Section):
     """Truncation when a tool returns (spec §11.1)."""
 
-    max_lines: int | None = Field(None, ge=1, description="Line limit (Kilo: 2000).")
-    max_bytes: int | None = Field(None, ge=1, description="UTF-8 byte limit (Kilo: 51200).")
-    direction: Literal["head", "tail"] | None = Field(None, description="Which end is kept.")
-    spill_dir: str | None = Field(
-        None, description="Directory the full output is written to (~ is expanded)."
+    max_lines: int = Field(2000, ge=1, description="Line limit (Kilo: 2000).")
+    max_bytes: int = Field(51_200, ge=1, description="UTF-8 byte limit (Kilo: 51200).")
+    direction: Literal["head", "tail"] = Field("head", description="Which end is kept.")
+    spill_dir: str = Field(
+        "~/.local/share/kilo-rules/tool-output",
+        description="Directory the full output is written to (~ is expanded).",
     )
     retention: int | str | None = Field(
-        None, description="How long spilled files are kept: seconds or a duration like 7d."
+        "7d", description="How long spilled files are kept: seconds or a duration like 7d."
     )
 
 
@@ -333,20 +340,20 @@ LayerSource = Literal[
 class Instructions(_Section):
     """Instruction-file discovery (AGENTS.md and friends)."""
 
-    global_files: list[str] | None = Field(
-        None, description="Global candidates; the first that exists is used."
+    global_files: tuple[str, ...] = Field(
+        (), description="Global candidates; the first that exists is used."
     )
-    project_files: list[str] | None = Field(
-        None,
+    project_files: tuple[str, ...] = Field(
+        (),
         description="Names searched upward from the working directory; the first name found "
         "wins and ancestors are not stacked.",
     )
-    globs: list[str] | None = Field(None, description="Extra files (globs) from configuration.")
-    urls: list[str] | None = Field(None, description="http(s) URLs fetched at build time.")
-    url_timeout_seconds: float | None = Field(None, gt=0, description="Fetch timeout (5 s).")
-    url_max_bytes: int | None = Field(None, ge=1, description="Size cap of a fetched file.")
-    on_demand: bool | None = Field(
-        None,
+    globs: tuple[str, ...] = Field((), description="Extra files (globs) from configuration.")
+    urls: tuple[str, ...] = Field((), description="http(s) URLs fetched at build time.")
+    url_timeout_seconds: float = Field(5.0, gt=0, description="Fetch timeout (5 s).")
+    url_max_bytes: int = Field(262_144, ge=1, description="Size cap of a fetched file.")
+    on_demand: bool = Field(
+        False,
         description="When a read tool opens a file under a directory with its own AGENTS.md, "
         "inject it once per assistant message.",
     )
@@ -375,16 +382,18 @@ class Layer(_Section):
 class System(_Section):
     """System prompt assembly (spec §9)."""
 
-    layers: list[Layer] | None = Field(None, description="Layers in order (most stable first).")
-    blocks: int | None = Field(
-        None, ge=1, le=4, description="System blocks sent (Kilo: 1; 2 after plugin pushes)."
+    layers: tuple[Layer, ...] = Field((), description="Layers in order (most stable first).")
+    blocks: int = Field(
+        1, ge=1, le=4, description="System blocks sent (Kilo: 1; 2 after plugin pushes)."
     )
-    collapse: Literal["header-rest", "join"] | None = Field(
-        None,
+    collapse: Literal["header-rest", "join"] = Field(
+        "header-rest",
         description="header-rest: keep the first block, join the rest (Kilo); join: one block.",
     )
-    separator: str | None = Field(None, description="Joiner between layers (Kilo: newline).")
-    instructions: Instructions | None = Field(None, description="Instruction discovery.")
+    separator: str = Field("\n", description="Joiner between layers (Kilo: newline).")
+    instructions: Instructions = Field(
+        default_factory=Instructions, description="Instruction discovery."
+    )
 
 
 # --------------------------------------------------------------------------------- environment
@@ -408,13 +417,13 @@ EnvField = Literal[
 class Environment(_Section):
     """Environment facts: static ones in the system prompt, dynamic ones per user message."""
 
-    static: list[EnvField] | None = Field(None, description="Fields of the system block.")
-    dynamic: list[EnvField] | None = Field(
-        None,
+    static: tuple[EnvField, ...] = Field((), description="Fields of the system block.")
+    dynamic: tuple[EnvField, ...] = Field(
+        (),
         description="Fields of the per-user-message block, built once per user message and "
         "byte-identical afterwards.",
     )
-    tag: str | None = Field(None, description="Tag wrapping the dynamic block.")
+    tag: str = Field("environment_details", description="Tag wrapping the dynamic block.")
 
 
 class Reminders(_Section):
@@ -430,8 +439,8 @@ class Reminders(_Section):
         "no wrapping.",
     )
     max_steps: str | None = Field(None, description="Prompt on the last allowed step.")
-    max_steps_role: Literal["user", "assistant"] | None = Field(
-        None, description="Role of the max-steps prompt (a trailing message)."
+    max_steps_role: Literal["user", "assistant"] = Field(
+        "assistant", description="Role of the max-steps prompt (a trailing message)."
     )
 
 
@@ -444,7 +453,7 @@ class PromptRule(_Section):
     when: Condition = Field(description="Condition on the model.")
     prompt: str = Field(description="Prompt file, relative to the policy.")
     name: str | None = Field(None, description="Label shown in the plan and decisions.")
-    replace: dict[str, StrExpr] | None = Field(
+    replace: Annotated[dict[str, StrExpr], AfterValidator(FrozenDict)] | None = Field(
         None, description="Placeholders ({{KEY}}) to replace in the prompt text."
     )
 
@@ -453,7 +462,7 @@ class Prompts(_Section):
     """Model-family prompt selection (spec §9.2): first matching rule wins."""
 
     soul: str | None = Field(None, description="Soul file, sent first (Kilo soul.txt).")
-    rules: list[PromptRule] | None = Field(None, description="Ordered rules.")
+    rules: tuple[PromptRule, ...] = Field((), description="Ordered rules.")
     default: str | None = Field(None, description="Prompt when no rule matches.")
 
 
@@ -463,32 +472,30 @@ class Prompts(_Section):
 class Breakpoints(_Section):
     """Which messages get a cache breakpoint."""
 
-    system_first: int | None = Field(None, ge=0, description="First N system messages (Kilo: 2).")
-    non_system_last: int | None = Field(
-        None, ge=0, description="Last N non-system messages (Kilo: 2)."
-    )
-    last_tool: bool | None = Field(None, description="The last tool definition (auto rule).")
-    last_system: bool | None = Field(None, description="The last system block (auto rule).")
-    latest_user_message: bool | None = Field(
-        None, description="The latest user message (auto rule)."
-    )
+    system_first: int = Field(2, ge=0, description="First N system messages (Kilo: 2).")
+    non_system_last: int = Field(2, ge=0, description="Last N non-system messages (Kilo: 2).")
+    last_tool: bool = Field(True, description="The last tool definition (auto rule).")
+    last_system: bool = Field(True, description="The last system block (auto rule).")
+    latest_user_message: bool = Field(True, description="The latest user message (auto rule).")
 
 
 class Cache(_Section):
     """Prompt-cache markers (spec §10)."""
 
-    rule: Literal["kilo", "auto", "none"] | None = Field(
-        None,
+    rule: Literal["kilo", "auto", "none"] = Field(
+        "none",
         description="kilo: first system + last non-system messages; auto: last tool, last "
         "system, latest user message; none: no markers.",
     )
-    when: Condition | None = Field(None, description="Gate (Kilo: Anthropic/Claude models).")
-    placement: StrExpr | None = Field(
-        None,
+    when: Condition = Field(True, description="Gate (Kilo: Anthropic/Claude models).")
+    placement: StrExpr = Field(
+        "last-part",
         description="'message' or 'last-part'; an expression may choose by provider "
         "(Kilo: message for anthropic and bedrock).",
     )
-    breakpoints: Breakpoints | None = Field(None, description="Breakpoint selection.")
+    breakpoints: Breakpoints = Field(
+        default_factory=Breakpoints, description="Breakpoint selection."
+    )
     budget: IntExpr | None = Field(
         None, description="Most markers per request (never above the provider's limit)."
     )
@@ -498,17 +505,17 @@ class Cache(_Section):
         description="TTL of marks on conversation messages when it differs from ttl (which "
         "then applies to tools and system); a 1h message mark needs a 1h ttl.",
     )
-    skip_trailing_environment: bool | None = Field(
-        None, description="Place part-level markers before a trailing environment block."
+    skip_trailing_environment: bool = Field(
+        False, description="Place part-level markers before a trailing environment block."
     )
-    respect_automatic: bool | None = Field(
-        None, description="No explicit breakpoints when automatic caching is enabled."
+    respect_automatic: bool = Field(
+        False, description="No explicit breakpoints when automatic caching is enabled."
     )
-    shapes: (
-        dict[Literal["openai", "openai-compatible"], Literal["explicit", "cache_control", "none"]]
-        | None
-    ) = Field(
-        None,
+    shapes: Annotated[
+        dict[Literal["openai", "openai-compatible"], Literal["explicit", "cache_control", "none"]],
+        AfterValidator(FrozenDict),
+    ] = Field(
+        default_factory=FrozenDict,
         description="Marker shape per wire format where it is a choice: openai 'explicit' "
         "(prompt_cache_breakpoint, GPT-5.6 and later) or 'none'; openai-compatible "
         "'cache_control' (forwarded to Anthropic by OpenRouter) or 'none'.",
@@ -521,19 +528,20 @@ class Cache(_Section):
 class Lowering(_Section):
     """How parts become provider messages (spec §7.6, §8)."""
 
-    strip_media_after_summary: bool | None = Field(
-        None, description="Replace historical media once a summary exists."
+    strip_media_after_summary: bool = Field(
+        False, description="Replace historical media once a summary exists."
     )
-    drop_errored_assistant: bool | None = Field(
-        None, description="Drop errored assistant messages unless interrupted with content."
+    drop_errored_assistant: bool = Field(
+        True, description="Drop errored assistant messages unless interrupted with content."
     )
-    media_in_tool_results: dict[str, bool] | None = Field(
-        None,
+    media_in_tool_results: Annotated[dict[str, bool], AfterValidator(FrozenDict)] = Field(
+        default_factory=FrozenDict,
         description="Per provider: may tool results carry media? If not, media move into a "
         "following user message.",
     )
-    media_placeholder: str | None = Field(
-        None, description="Text for stripped media; {mime} and {name} are replaced."
+    media_placeholder: str = Field(
+        "[Attached {mime}: {name}]",
+        description="Text for stripped media; {mime} and {name} are replaced.",
     )
 
 
@@ -543,20 +551,22 @@ class Lowering(_Section):
 class PolicyBody(_Section):
     """Everything a policy can set; also the shape of one override's ``set``."""
 
-    tokens: Tokens | None = Field(None, description="Token counting (§1).")
-    output: Output | None = Field(None, description="Output tokens (§2, §5).")
-    budget: Budget | None = Field(None, description="Usable window (§3).")
-    overflow: Overflow | None = Field(None, description="Overflow detection (§3, §4).")
-    payload: Payload | None = Field(None, description="Payload byte guard (§8).")
-    prune: Prune | None = Field(None, description="Tool-output pruning (§6).")
-    compaction: Compaction | None = Field(None, description="Summary + tail (§7).")
-    tool_output: ToolOutput | None = Field(None, description="Tool-output truncation (§11).")
-    system: System | None = Field(None, description="System prompt (§9).")
-    environment: Environment | None = Field(None, description="Environment facts.")
-    reminders: Reminders | None = Field(None, description="Per-step reminders.")
-    prompts: Prompts | None = Field(None, description="Family prompt selection (§9.2).")
-    cache: Cache | None = Field(None, description="Prompt-cache markers (§10).")
-    lowering: Lowering | None = Field(None, description="Parts to messages.")
+    tokens: Tokens = Field(default_factory=Tokens, description="Token counting (§1).")
+    output: Output = Field(default_factory=Output, description="Output tokens (§2, §5).")
+    budget: Budget = Field(default_factory=Budget, description="Usable window (§3).")
+    overflow: Overflow = Field(default_factory=Overflow, description="Overflow detection (§3, §4).")
+    payload: Payload = Field(default_factory=Payload, description="Payload byte guard (§8).")
+    prune: Prune = Field(default_factory=Prune, description="Tool-output pruning (§6).")
+    compaction: Compaction = Field(default_factory=Compaction, description="Summary + tail (§7).")
+    tool_output: ToolOutput = Field(
+        default_factory=ToolOutput, description="Tool-output truncation (§11)."
+    )
+    system: System = Field(default_factory=System, description="System prompt (§9).")
+    environment: Environment = Field(default_factory=Environment, description="Environment facts.")
+    reminders: Reminders = Field(default_factory=Reminders, description="Per-step reminders.")
+    prompts: Prompts = Field(default_factory=Prompts, description="Family prompt selection (§9.2).")
+    cache: Cache = Field(default_factory=Cache, description="Prompt-cache markers (§10).")
+    lowering: Lowering = Field(default_factory=Lowering, description="Parts to messages.")
 
 
 class Override(_Section):
@@ -638,7 +648,7 @@ def _child(tp: Any, step: str | int) -> tuple[Any, tuple[Any, ...]] | None:
             field = branch.model_fields.get(step)
             if field is not None:
                 return field.annotation, tuple(field.metadata)
-        elif get_origin(branch) is list and isinstance(step, int):
+        elif get_origin(branch) in (list, tuple) and isinstance(step, int):
             return get_args(branch)[0], ()
         elif get_origin(branch) is dict and isinstance(step, str):
             return get_args(branch)[1], ()
