@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
-class FrozenDict(dict[str, Any]):
+class FrozenDict(dict[K, V]):
     """A mapping that refuses every change.
 
     A compiled plan is shared by every caller of ``compile_policy`` (it is cached) and by
@@ -27,10 +30,10 @@ class FrozenDict(dict[str, Any]):
     setdefault = _refuse
     update = _refuse
 
-    def __copy__(self) -> dict[str, Any]:
+    def __copy__(self) -> dict[K, V]:
         return dict(self)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[K, V]:
         return {k: copy.deepcopy(v, memo) for k, v in self.items()}
 
     def __reduce__(self) -> tuple[Any, ...]:
