@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from .catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS, ModelInfo, bundled_catalog
 from .checks import resolve_file
 from .errors import Diagnostic, Location, PolicyError
@@ -25,6 +27,7 @@ from .expr import CompiledExpr, model_values, order_definitions
 from .load import JsonPath, lookup
 from .lru import LRUCache
 from .plan import ChunkModel, LayerPlan, Plan, PromptChoice, Value
+from .policy import PolicyBody
 from .policy_exprs import PolicyExpressions, compile_policy_expressions, value_leaves
 from .resolve import ResolvedPolicy, resolve_policy
 from .source import nearest
@@ -62,6 +65,7 @@ class _Build:
     applied: list[str] = field(default_factory=list)
     context: dict[str, Any] = field(default_factory=dict)
     values: dict[str, Value] = field(default_factory=dict)
+    settings: PolicyBody = field(default_factory=PolicyBody)
     dynamic: list[tuple[str, CompiledExpr]] = field(default_factory=list)
     prompt: PromptChoice | None = None
     layers: list[LayerPlan] = field(default_factory=list)
@@ -107,7 +111,8 @@ class _Build:
 
 
 def _stage_expressions(b: _Build) -> None:
-    b.exprs = compile_policy_expressions(b.policy)
+    # Parsed once per policy revision, however many models and configs it is compiled for.
+    b.exprs = _EXPRESSIONS.get_or(_revision(b.policy), lambda: compile_policy_expressions(b.policy))
     b.context = {**model_values(b.model), **{n: b.config.get(n) for n in CONFIG_NAMES}}
 
 
@@ -159,6 +164,34 @@ def _stage_values(b: _Build) -> None:
         value = compiled(b.context)
         b.values[name] = Value(name, value, loc, compiled.text, False)
         b.context[name] = value
+
+
+def _stage_settings(b: _Build) -> None:
+    """The merged policy as typed settings: every field validated, every knob the policy
+    leaves out at the model's one default, and every value decided for this model in place
+    of its expression (a per-step expression stays text; the runtime evaluates it)."""
+    data = {k: copy.deepcopy(v) for k, v in b.data.items() if k in PolicyBody.model_fields}
+    for name, v in b.values.items():
+        if v.expression is None or v.dynamic:
+            continue
+        node = data
+        *parents, leaf = name.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = v.value
+    try:
+        b.settings = PolicyBody.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path: JsonPath = tuple(first["loc"])
+        where = ".".join(str(p) for p in path)
+        raise PolicyError(
+            Diagnostic(
+                "plan.value",
+                f"{where}: {first['msg']} (got {first['input']!r})",
+                b.locate(path),
+            )
+        ) from None
 
 
 def _read_prompt(b: _Build, path: JsonPath, what: str) -> tuple[str, str]:
@@ -225,50 +258,52 @@ def _stage_system(b: _Build) -> None:
         )
 
 
+def _model_only(b: _Build, name: str, what: str) -> None:
+    """Refuse, located, a value the compiler needs once per model that reads the session."""
+    v = b.values.get(name)
+    if v is not None and v.dynamic:
+        b.evaluate(tuple(name.split(".")), what)
+
+
 def _stage_cache(b: _Build) -> None:
-    rule = b.get(("cache", "rule")) or "none"
-    gate = (
-        b.evaluate(("cache", "when"), "cache.when")
-        if b.get(("cache", "when")) is not None
-        else True
-    )
-    shape = (b.get(("cache", "shapes")) or {}).get(b.model.api)
+    c = b.settings.cache
+    for name in ("cache.when", "cache.placement", "cache.budget"):
+        _model_only(b, name, name)
+    shape = next((v for k, v in c.shapes.items() if k == b.model.api), None)
     provider_limit = WIRE_BREAKPOINTS.get(b.model.api, 0)
     if shape == "explicit":
         provider_limit = EXPLICIT_BREAKPOINTS.get(b.model.api, provider_limit)
     if shape == "none":
         provider_limit = 0
-    policy_budget = b.values.get("cache.budget")
     budget = provider_limit
-    if policy_budget is not None and isinstance(policy_budget.value, int):
-        budget = min(budget, policy_budget.value)
+    if isinstance(c.budget, int):
+        budget = min(budget, c.budget)
     if b.model.cache.kind == "explicit" and b.model.cache.max_breakpoints:
         budget = min(budget, b.model.cache.max_breakpoints)
-    placement = b.evaluate(("cache", "placement"), "cache.placement") or "last-part"
-    if placement not in ("message", "last-part"):
+    if c.placement not in ("message", "last-part"):
         raise PolicyError(
             Diagnostic(
                 "plan.value",
-                f"cache.placement must be 'message' or 'last-part', got {placement!r}",
+                f"cache.placement must be 'message' or 'last-part', got {c.placement!r}",
                 b.locate(("cache", "placement")),
             )
         )
-    bp = b.get(("cache", "breakpoints")) or {}
+    bp = c.breakpoints
     b.cache = {
-        "rule": rule,
-        "enabled": bool(gate) and rule != "none",
-        "placement": placement,
-        "system_first": int(bp.get("system_first") or 0),
-        "non_system_last": int(bp.get("non_system_last") or 0),
-        "last_tool": bool(bp.get("last_tool")),
-        "last_system": bool(bp.get("last_system")),
-        "latest_user_message": bool(bp.get("latest_user_message")),
+        "rule": c.rule,
+        "enabled": bool(c.when) and c.rule != "none",
+        "placement": c.placement,
+        "system_first": bp.system_first,
+        "non_system_last": bp.non_system_last,
+        "last_tool": bp.last_tool,
+        "last_system": bp.last_system,
+        "latest_user_message": bp.latest_user_message,
         "budget": max(0, budget),
         "provider_limit": provider_limit,
-        "ttl": b.get(("cache", "ttl")),
-        "message_ttl": b.get(("cache", "message_ttl")),
-        "skip_trailing_environment": bool(b.get(("cache", "skip_trailing_environment"))),
-        "respect_automatic": bool(b.get(("cache", "respect_automatic"))),
+        "ttl": c.ttl,
+        "message_ttl": c.message_ttl,
+        "skip_trailing_environment": c.skip_trailing_environment,
+        "respect_automatic": c.respect_automatic,
         "shape": shape,
     }
 
@@ -279,13 +314,13 @@ def _stage_compaction(b: _Build) -> None:
     ``compaction-chunks.ts:116-124``: the same model with ``limit.output =
     maxOutputTokens(model, min(output_max, outputTokenMax ?? output_max))``, whose window
     the policy's own ``budget.usable`` rule gives)."""
-    if b.get(("compaction", "summary", "template")):
+    compaction = b.settings.compaction
+    if compaction.summary.template:
         path = ("compaction", "summary", "template")
         b.summary_template = _read_prompt(b, path, "summary template")[1]
-    chunking = b.get(("compaction", "chunking")) or {}
-    if not chunking.get("enabled"):
+    if not compaction.chunking.enabled:
         return
-    output_max = int(chunking.get("output_max") or 0)
+    output_max = compaction.chunking.output_max
     flag = b.config.get("config.output_token_max")
     cap = min(output_max, int(flag)) if flag is not None else output_max
     values: Mapping[str, Value] = b.values
@@ -305,6 +340,7 @@ STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
     ("expressions", _stage_expressions),
     ("overrides", _stage_overrides),
     ("values", _stage_values),
+    ("settings", _stage_settings),
     ("prompt", _stage_prompt),
     ("system", _stage_system),
     ("cache", _stage_cache),
@@ -329,6 +365,8 @@ T = TypeVar("T")
 
 # (policy revision, model, config) -> (stamp of the prompt files it read, plan)
 _PLANS: LRUCache[tuple[str, str, str], tuple[_Stamp, Plan]] = LRUCache(CACHE_SIZE)
+# policy revision -> its compiled expressions (they depend on nothing else)
+_EXPRESSIONS: LRUCache[str, PolicyExpressions] = LRUCache(CACHE_SIZE)
 # (reference, working directory) -> (stamp of the policy files, resolved policy)
 _RESOLVED: LRUCache[tuple[str, str], tuple[_Stamp, ResolvedPolicy]] = LRUCache(CACHE_SIZE)
 
@@ -356,6 +394,7 @@ def _fresh(hit: tuple[_Stamp, T] | None) -> T | None:
 def clear_cache() -> None:
     """Forget every compiled plan and resolved policy (benchmarks measure cold compiles)."""
     _PLANS.clear()
+    _EXPRESSIONS.clear()
     _RESOLVED.clear()
 
 
@@ -418,6 +457,7 @@ def compile_policy(
         stages=build.stages,
         static_context=dict(build.context),
         _locate=build.locate,
+        settings=build.settings,
         summary_template=build.summary_template,
         chunk_model=build.chunk_model,
     )

@@ -17,6 +17,7 @@ from .catalog import ModelInfo
 from .errors import Location
 from .expr import CompiledExpr
 from .frozen import FrozenDict, freeze
+from .policy import OutputCap, PolicyBody
 
 if TYPE_CHECKING:
     from .truncate import TruncateResult
@@ -79,16 +80,6 @@ class CacheSettings:
     skip_trailing_environment: bool = False
     respect_automatic: bool = True
     automatic_enabled: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CapSettings:
-    """capOutputTokens constants (SAFETY, MIN_OUTPUT, MEDIA_OUTPUT_RESERVE)."""
-
-    enabled: bool = True
-    safety: int = 2048
-    minimum: int = 1024
-    media_reserve: int = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +153,9 @@ class Plan:
     stages: tuple[str, ...]
     static_context: dict[str, Any] = field(repr=False)
     _locate: Callable[[tuple[str | int, ...]], Location] = field(repr=False, compare=False)
+    #: The policy's typed settings for this model: each knob validated, at the model's
+    #: default when the policy leaves it out, model-only expressions already evaluated.
+    settings: PolicyBody = field(default_factory=PolicyBody, repr=False)
     #: The summary template text (``compaction.summary.template``), read at compile.
     summary_template: str = ""
     #: The window of chunked compaction's summary requests (None: chunking is off).
@@ -177,16 +171,6 @@ class Plan:
         object.__setattr__(self, "values", FrozenDict(values))
 
     # ------------------------------------------------------------------ single decisions
-
-    def setting(self, dotted: str, default: Any = None) -> Any:
-        """A plain setting of the effective policy, e.g. ``prune.protect_turns``."""
-        node: Any = self.data
-        for p in dotted.split("."):
-            if isinstance(node, Mapping) and p in node:
-                node = node[p]
-            else:
-                return default
-        return node
 
     def locate(self, dotted: str) -> Location:
         """Where a setting of the effective policy was written."""
@@ -247,15 +231,9 @@ class Plan:
         """The usable input window (``budget.usable``, spec §3)."""
         return int(self.value("budget.usable", dynamic))
 
-    def cap_settings(self) -> CapSettings:
-        """``output.cap.*``: the capOutputTokens constants (Kilo's when unset)."""
-        d = CapSettings()
-        return CapSettings(
-            enabled=bool(self.setting("output.cap.enabled", d.enabled)),
-            safety=int(self.setting("output.cap.safety", d.safety)),
-            minimum=int(self.setting("output.cap.minimum", d.minimum)),
-            media_reserve=int(self.setting("output.cap.media_reserve", d.media_reserve)),
-        )
+    def cap_settings(self) -> OutputCap:
+        """``output.cap.*``: the capOutputTokens constants."""
+        return self.settings.output.cap
 
     def truncate_tool_output(
         self, text: str, *, call_id: str, task_enabled: bool = True
@@ -264,20 +242,20 @@ class Plan:
         to ``tool_output.spill_dir`` and removing spilled files older than the retention."""
         from pathlib import Path
 
-        from .truncate import MAX_BYTES, MAX_LINES, cleanup_spill_dir, truncate_output
+        from .truncate import cleanup_spill_dir, truncate_output
 
-        spill = Path(str(self.setting("tool_output.spill_dir") or "~/.kilo-rules/tool-output"))
-        spill = spill.expanduser()
-        retention = _seconds(self.setting("tool_output.retention"))
+        t = self.settings.tool_output
+        spill = Path(t.spill_dir).expanduser()
+        retention = _seconds(t.retention)
         if retention is not None and spill.is_dir():
             cleanup_spill_dir(spill, retention_seconds=retention)
         return truncate_output(
             text,
             spill_dir=spill,
             call_id=call_id,
-            max_lines=int(self.setting("tool_output.max_lines") or MAX_LINES),
-            max_bytes=int(self.setting("tool_output.max_bytes") or MAX_BYTES),
-            direction=self.setting("tool_output.direction") or "head",
+            max_lines=t.max_lines,
+            max_bytes=t.max_bytes,
+            direction=t.direction,
             task_enabled=task_enabled,
         )
 

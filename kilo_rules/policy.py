@@ -593,6 +593,12 @@ class Policy(PolicyBody):
 SCHEMA_ID = "https://kilo-rules.dev/schemas/policy.v1.json"
 
 
+def default(section: type[BaseModel], name: str) -> Any:
+    """The model's default of one knob, for the runtime's value types that carry it
+    (so that a default is written once, here)."""
+    return section.model_fields[name].get_default(call_default_factory=True)
+
+
 # ----------------------------------------------------------------- expression fields
 
 JsonPath = tuple[str | int, ...]

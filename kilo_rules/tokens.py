@@ -208,7 +208,9 @@ class TiktokenCounter:
         return f"TiktokenCounter(encoding={self.encoding!r}, factor={self.factor:g})"
 
 
-def counter_for(spec: str, *, factor: float = 1.0) -> tuple[TokenCounter, str | None]:
+def counter_for(
+    spec: str, *, factor: float = 1.0, chars_per_token: float = CHARS_PER_TOKEN
+) -> tuple[TokenCounter, str | None]:
     """Build the counter a policy or model names, falling back to the estimate.
 
     ``spec`` is ``estimate`` or ``tiktoken:<encoding>``. Returns ``(counter, warning)``; the
@@ -216,8 +218,9 @@ def counter_for(spec: str, *, factor: float = 1.0) -> tuple[TokenCounter, str | 
     ``factor``) is used instead, in which case it says why, for the decisions trace.
     """
     kind, _, arg = spec.strip().partition(":")
+    estimate = EstimateCounter(chars_per_token, factor=factor)
     if kind == "estimate" and not arg:
-        return EstimateCounter(factor=factor), None
+        return estimate, None
     if kind == "tiktoken" and arg:
         try:
             return TiktokenCounter(arg, factor=factor), None
@@ -225,7 +228,7 @@ def counter_for(spec: str, *, factor: float = 1.0) -> tuple[TokenCounter, str | 
             reason = exc.diagnostic.message
     else:
         reason = f"unknown tokenizer spec {spec!r} (expected `estimate` or `tiktoken:<encoding>`)"
-    return EstimateCounter(factor=factor), f"{reason}; counting with the estimate (chars/4)"
+    return estimate, f"{reason}; counting with the estimate (chars/{chars_per_token:g})"
 
 
 class CountCache:

@@ -42,7 +42,7 @@ def test_a_cached_plan_cannot_be_changed() -> None:
     with pytest.raises(AttributeError):  # and the fields themselves are frozen
         plan.data = {}  # type: ignore[misc]
     again = compile_policy("kilo-default", SONNET)
-    assert again is plan and again.setting("compaction.tail_turns") == 2
+    assert again is plan and again.settings.compaction.tail_turns == 2
 
 
 def test_frozen_data_still_reads_and_serialises_as_plain_data() -> None:
@@ -103,7 +103,7 @@ def test_the_cache_is_bounded_and_notices_a_changed_file(
     # A change of size as well as time: two writes may share a clock tick.
     text = policy.read_text(encoding="utf-8").replace("tail_turns: 2", "tail_turns: 3 # three")
     policy.write_text(text, encoding="utf-8")
-    assert compile_policy(policy, SONNET).setting("compaction.tail_turns") == 3
+    assert compile_policy(policy, SONNET).settings.compaction.tail_turns == 3
     monkeypatch.setattr(compiler, "_PLANS", LRUCache(2))
     plans = [compile_policy(policy, SONNET, config={"output_token_max": n}) for n in (1, 2, 3)]
     assert len(compiler._PLANS) == 2

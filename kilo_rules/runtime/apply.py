@@ -23,12 +23,12 @@ from .context import StepInput
 from .guards import json_list_bytes, overflow, saving, unfit
 from .history import completed_compactions, project
 from .inject import InjectSettings, inject
-from .lower import LowerSettings, lower
+from .lower import lower, lower_settings
 from .measure import Measure, count_json_list, measure
 from .output import cap_output
 from .prune import apply_marks, prune, prune_settings
 from .system import build_system, step_instructions
-from .trace import Decision, StepRun, count_fields, last_finished, usage_count
+from .trace import Decision, StepRun, last_finished, usage_count
 
 __all__ = [
     "STAGES",
@@ -96,21 +96,6 @@ class TurnResult:
         }
 
 
-def _lower_settings(r: StepRun, has_summary: bool) -> LowerSettings:
-    plan = r.plan
-    table = r.setting("lowering.media_in_tool_results", {}) or {}
-    media_ok = table.get(plan.model.provider, plan.model.media_in_tool_results)
-    return LowerSettings(
-        placeholder=r.setting("prune.placeholder", "[Old tool result content cleared]"),
-        compaction_request=r.setting("compaction.summary.request_text", "What did we do so far?"),
-        media_in_tool_results=bool(media_ok),
-        strip_historical_media=has_summary
-        and bool(r.setting("lowering.strip_media_after_summary")),
-        media_placeholder=r.setting("lowering.media_placeholder", "[Attached {mime}: {name}]"),
-        drop_errored_assistant=bool(r.setting("lowering.drop_errored_assistant", True)),
-    )
-
-
 @dataclass
 class StepState:
     """What the stages of one step hand on to each other, in the order they fill it in.
@@ -149,12 +134,13 @@ def _project(st: StepState) -> None:
 
 def _inject(st: StepState) -> list[dict[str, Any]]:
     r = st.run
+    env, reminders = r.plan.settings.environment, r.plan.settings.reminders
     settings = InjectSettings(
-        dynamic_fields=tuple(r.setting("environment.dynamic", [])),
-        tag=r.setting("environment.tag", "environment_details"),
-        plan_mode=r.setting("reminders.plan_mode"),
-        build_switch=r.setting("reminders.build_switch"),
-        interjection=r.setting("reminders.interjection"),
+        dynamic_fields=env.dynamic,
+        tag=env.tag,
+        plan_mode=reminders.plan_mode,
+        build_switch=reminders.build_switch,
+        interjection=reminders.interjection,
     )
     st.view, mutations, decided = inject(st.view, r.step, settings)
     r.mutations.extend(mutations)
@@ -163,7 +149,7 @@ def _inject(st: StepState) -> list[dict[str, Any]]:
 
 def _lower(st: StepState) -> list[dict[str, Any]]:
     r = st.run
-    st.lowered = lower(st.view, _lower_settings(r, st.has_summary), r.lower_cache)
+    st.lowered = lower(st.view, lower_settings(r.plan, has_summary=st.has_summary), r.lower_cache)
     ins, files = step_instructions(r)
     found: list[dict[str, Any]] = []
     if ins.on_demand and ins.project_files:
@@ -216,7 +202,7 @@ def stage_guards(st: StepState) -> None:
 
 def _payload_limit(st: StepState, max_bytes: int) -> None:
     r, plan = st.run, st.run.plan
-    action = r.setting("payload.on_exceed", "prune-once")
+    action = plan.settings.payload.on_exceed
     decided = {"bytes": st.size, "limit": max_bytes}
     if action == "error":
         from ..errors import ContextOverflowError, Diagnostic
@@ -269,13 +255,10 @@ def stage_system(st: StepState) -> None:
     r, step = st.run, st.run.step
     st.system = [ModelMessage("system", (Text(b),)) for b in build_system(r, st.view, st.context)]
     st.conversation = list(st.lowered)
-    if (
-        step.max_steps is not None
-        and step.step >= step.max_steps
-        and r.setting("reminders.max_steps")
-    ):
-        role = r.setting("reminders.max_steps_role", "assistant")
-        st.conversation.append(ModelMessage(role, (Text(r.setting("reminders.max_steps")),)))
+    reminders = r.plan.settings.reminders
+    if step.max_steps is not None and step.step >= step.max_steps and reminders.max_steps:
+        role = reminders.max_steps_role
+        st.conversation.append(ModelMessage(role, (Text(reminders.max_steps),)))
         r.decide(
             "inject",
             "max_steps",
@@ -292,13 +275,13 @@ def stage_output(st: StepState) -> None:
     st.measured = m = measure(
         [*st.system, *st.conversation],
         st.tools,
-        factor=float(r.setting("tokens.preflight_factor", 1.3)),
+        factor=plan.settings.tokens.preflight_factor,
         counter=r.counter.count,
         cache=r.json,
     )
     last = last_finished(st.view)
     if last and not last.summary:
-        st.reported = usage_count(last.tokens, count_fields(r))
+        st.reported = usage_count(last.tokens, plan.settings.overflow.count)
     st.cap = cap = cap_output(
         configured,
         context=plan.model.limits.context,
@@ -454,7 +437,7 @@ def _dynamic_names(
         "session.last.cache_read": t.cache.read if t else 0,
         "session.last.cache_write": t.cache.write if t else 0,
         "session.last.total": (t.total or 0) if t else 0,
-        "session.last.count": usage_count(t, count_fields(r)),
+        "session.last.count": usage_count(t, r.plan.settings.overflow.count),
         "request.estimated_tokens": count_json_list(pieces, r.counter.count),
         "request.bytes": size,
         "request.media": sum(1 for m in lowered for p in m.parts if p.kind == "media"),

@@ -15,7 +15,6 @@ at most ``max_reduce_depth``. A single-shot summary that the provider rejects as
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -28,15 +27,12 @@ from ..plan import ChunkModel
 from ..request import Media, ModelMessage, Part, Reasoning, Text, ToolCall, ToolResult
 from ..summarize import Summarizer, SummarizerError, SummaryRequest
 from ..truncate import truncate_for_summary
-from .lower import LowerSettings
 from .measure import messages_json
 
 if TYPE_CHECKING:
     from ..plan import Plan
 
 Count = Callable[[str], int]
-
-_DEFAULT_LOWER = LowerSettings()
 
 #: How chunk summaries are handed to a merge request (engine wording, not a policy knob).
 MERGE_ITEM = '<partial-summary part="{index}" of="{total}">\n{text}\n</partial-summary>'
@@ -57,20 +53,17 @@ class ChunkSettings:
 
     @classmethod
     def from_plan(cls, plan: Plan) -> ChunkSettings:
-        """Read every knob from the plan (no constant of Kilo's is assumed here)."""
-
-        def get(name: str) -> Any:
-            return plan.setting(f"compaction.chunking.{name}")
-
+        """Read every knob from the plan."""
+        c = plan.settings.compaction.chunking
         return cls(
-            enabled=bool(get("enabled")),
-            budget_ratio=float(get("budget_ratio") or 0.0),
-            min_budget=int(get("min_budget") or 0),
-            parallel=max(1, int(get("parallel") or 1)),
-            max_reduce_depth=max(0, int(get("max_reduce_depth") or 0)),
-            clip_text_chars=int(get("clip_text_chars") or 0),
-            clip_tool_chars=int(get("clip_tool_chars") or 0),
-            factor=float(plan.setting("tokens.preflight_factor") or 1.0),
+            enabled=c.enabled,
+            budget_ratio=c.budget_ratio,
+            min_budget=c.min_budget,
+            parallel=c.parallel,
+            max_reduce_depth=c.max_reduce_depth,
+            clip_text_chars=c.clip_text_chars,
+            clip_tool_chars=c.clip_tool_chars,
+            factor=plan.settings.tokens.preflight_factor,
         )
 
 
@@ -274,28 +267,11 @@ def write_summary(
     return text, {**how, **info}
 
 
-def lower_settings(plan: Plan, **changes: Any) -> LowerSettings:
-    """Lowering as the request does it, for estimating turns and building the summary input."""
-    table = plan.setting("lowering.media_in_tool_results") or {}
-    base = LowerSettings(
-        placeholder=plan.setting("prune.placeholder") or _DEFAULT_LOWER.placeholder,
-        compaction_request=plan.setting("compaction.summary.request_text")
-        or _DEFAULT_LOWER.compaction_request,
-        media_in_tool_results=bool(
-            table.get(plan.model.provider, plan.model.media_in_tool_results)
-        ),
-        media_placeholder=plan.setting("lowering.media_placeholder")
-        or _DEFAULT_LOWER.media_placeholder,
-        drop_errored_assistant=bool(plan.setting("lowering.drop_errored_assistant", True)),
-    )
-    return dataclasses.replace(base, **changes)
-
-
 def instructions(plan: Plan, previous: str | None) -> tuple[str, str, str]:
     """(instruction for this summary, instruction for a new summary, the template)."""
     template = plan.summary_template
-    new = plan.setting("compaction.summary.new_instruction") or ""
-    update = plan.setting("compaction.summary.update_instruction") or ""
+    summary = plan.settings.compaction.summary
+    new, update = summary.new_instruction, summary.update_instruction
     first = new if previous is None else update.replace("{previous}", previous)
 
     def join(head: str) -> str:

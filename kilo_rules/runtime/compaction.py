@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from ..session import CompactionPart, FilePart, Message, Session, TextPart
 from ..summarize import Summarizer, SummaryRequest
 from .apply import Decision
-from .chunks import drift, instructions, lower_settings, write_summary
+from .chunks import drift, instructions, write_summary
 from .history import Turn, compaction_part, completed_compactions, project, turns
 from .inject import is_env_part
-from .lower import LowerSettings, is_media, lower
+from .lower import LowerSettings, is_media, lower, lower_settings
 from .measure import messages_json
 from .prune import prune, prune_settings
 
@@ -39,7 +39,6 @@ Count = Callable[[str], int]
 KIND_REQUEST, KIND_SUMMARY = "compaction-request", "compaction-summary"
 KIND_CONTINUE, KIND_REPLAY = "compaction-continue", "compaction-replay"
 PIN_MARK = "pinned"
-_DEFAULT_LOWER = LowerSettings()
 PIN_HEADING = "## Standing instructions"
 
 
@@ -52,6 +51,8 @@ def _decide(
 def preserve_budget(plan: Plan) -> int:
     """Token budget of the verbatim tail: the plan's ``compaction.preserve_recent_tokens``
     (Kilo: ``clamp(floor(usable × 0.25), 2000, 8000)``, spec §7.2)."""
+    if plan.settings.compaction.preserve_recent_tokens is None:
+        return 0  # no budget stated: no turn fits, the whole history is summarised
     return int(plan.value("compaction.preserve_recent_tokens"))
 
 
@@ -83,7 +84,7 @@ def split_turn(
 def select(messages: Sequence[Message], plan: Plan, count: Count) -> Selection:
     """Kilo's ``select`` (spec §7.4): keep the newest ``tail_turns`` turns that fit the
     preserve budget, newest first, splitting the first turn that does not fit."""
-    limit = int(plan.setting("compaction.tail_turns", 0) or 0)
+    limit = plan.settings.compaction.tail_turns
     everything = Selection(list(messages), None)
     all_turns = turns(messages)
     if limit <= 0 or not all_turns:
@@ -152,9 +153,7 @@ def _pins(plan: Plan, head: Sequence[Message], previous: Message | None) -> list
             if isinstance(p, TextPart) and p.metadata.get("kilo_rules") == PIN_MARK:
                 found.extend(p.metadata.get("pins", []))
     patterns = [
-        re.compile(str(p["messages_matching"]))
-        for p in plan.setting("compaction.pin") or []
-        if p.get("messages_matching")
+        re.compile(p.messages_matching) for p in plan.settings.compaction.pin if p.messages_matching
     ]
     seen = {p["id"] for p in found}
     for m in head:
@@ -196,7 +195,7 @@ class _Ids:
 
 def _replay_message(plan: Plan, ids: _Ids, original: Message, overflow: bool | None) -> Message:
     mid, created = ids.next()
-    placeholder = plan.setting("lowering.media_placeholder") or _DEFAULT_LOWER.media_placeholder
+    placeholder = plan.settings.lowering.media_placeholder
     parts: list[Any] = []
     for k, p in enumerate(x for x in original.parts if not is_env_part(x)):
         if isinstance(p, CompactionPart):
@@ -221,8 +220,8 @@ def _replay_message(plan: Plan, ids: _Ids, original: Message, overflow: bool | N
 
 
 def _continue_message(plan: Plan, ids: _Ids, overflow: bool | None) -> Message:
-    text = plan.setting("compaction.continue_text") or ""
-    preamble = plan.setting("compaction.overflow_preamble")
+    text = plan.settings.compaction.continue_text
+    preamble = plan.settings.compaction.overflow_preamble
     if overflow is True and preamble:
         text = f"{preamble}\n\n{text}"
     mid, created = ids.next()
@@ -251,13 +250,14 @@ def compact(
     previous_msg = view[pairs[-1][1]] if pairs else None
     history = [m for i, m in enumerate(view) if i not in hidden]
     replay: Message | None = None
-    if overflow is not None and plan.setting("compaction.replay"):
+    settings = plan.settings.compaction
+    if overflow is not None and settings.replay:
         replay, history = _pull_replay(history)
     if not history:
         note("nothing-to-compact", None, {}, None)
         return CompactionResult([], decisions, "", None, None)
     sel = select(history, plan, count)
-    budget, tail_turns = preserve_budget(plan), plan.setting("compaction.tail_turns")
+    budget, tail_turns = preserve_budget(plan), settings.tail_turns
     inputs = {"history": len(history), "budget": budget, "tail_turns": tail_turns}
     note(
         "select",
@@ -268,8 +268,8 @@ def compact(
 
     previous = summary_body(previous_msg) if previous_msg is not None else None
     instruction, new_instruction, template = instructions(plan, previous)
-    strip = bool(plan.setting("compaction.summary.strip_media", True))
-    cap = plan.setting("compaction.summary.tool_output_max_chars")
+    strip = settings.summary.strip_media
+    cap = settings.summary.tool_output_max_chars
     head = tuple(
         lower(sel.head, lower_settings(plan, strip_all_media=strip, tool_output_max_chars=cap))
     )
@@ -278,7 +278,7 @@ def compact(
         plan,
         SummaryRequest(instruction, head, out_tokens, previous, template),
         new_request=SummaryRequest(new_instruction, head, out_tokens, None, template),
-        update_instruction=plan.setting("compaction.summary.update_instruction") or "",
+        update_instruction=settings.summary.update_instruction,
         summarizer=summarizer,
         count=count,
     )
@@ -287,7 +287,7 @@ def compact(
     if previous is not None:
         note("drift", None, {"previous_chars": len(previous)}, drift(previous, body))
     pins = _pins(plan, history if sel.tail_start_id is None else sel.head, previous_msg)
-    for layer in (p.get("layer") for p in plan.setting("compaction.pin") or []):
+    for layer in (p.layer for p in settings.pin):
         if layer:
             sent = "re-sent" if any(x.id == layer for x in plan.layers) else "no such layer"
             note("pin.layer", "compaction.pin", {"layer": layer}, sent)

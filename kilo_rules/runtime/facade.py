@@ -25,6 +25,7 @@ from .context import StepInput
 from .history import compaction_part
 from .mutations import apply_mutations
 from .prune import prune, prune_settings
+from .trace import plan_counter
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -78,12 +79,7 @@ class Runtime:
         self.plan = plan
         self._summarizer = summarizer
         if counter is None:
-            from ..tokens import counter_for
-
-            spec = plan.setting("tokens.counter") or "estimate"
-            if spec == "model":
-                spec = plan.model.tokenizer
-            counter, _ = counter_for(spec, factor=float(plan.setting("tokens.safety_factor") or 1))
+            counter, _ = plan_counter(plan)
         self.counter = counter
         self._lock = threading.Lock()
         self._attempts: dict[str, tuple[str, int]] = {}
@@ -111,7 +107,7 @@ class Runtime:
         return n if key == _turn_key(session) else 0
 
     def _count_attempt(self, session: Session) -> None:
-        limit = int(self.plan.setting("compaction.max_attempts") or 0)
+        limit = self.plan.settings.compaction.max_attempts
         key = _turn_key(session)
         with self._lock:
             old_key, n = self._attempts.get(session.id, ("", 0))

@@ -15,7 +15,7 @@ from typing import Any
 from ..request import ModelMessage, ToolSpec
 from ..session import Message
 from .measure import measure
-from .trace import StepRun, count_fields, last_finished, usage_count
+from .trace import StepRun, last_finished, usage_count
 
 
 def json_list_bytes(pieces: Sequence[str]) -> int:
@@ -30,7 +30,7 @@ def json_list_bytes(pieces: Sequence[str]) -> int:
 def saving(messages: Sequence[Message], parts: set[str], r: StepRun) -> int:
     from ..session import ToolPart
 
-    placeholder = len(r.setting("prune.placeholder", "").encode())
+    placeholder = len(r.plan.settings.prune.placeholder.encode())
     saved = 0
     for msg in messages:
         for p in msg.parts:
@@ -41,7 +41,8 @@ def saving(messages: Sequence[Message], parts: set[str], r: StepRun) -> int:
 
 def compacts_automatically(r: StepRun) -> bool:
     """Whether the policy (and the environment) let the runtime compact on its own."""
-    if not r.setting("overflow.auto", True) or not r.setting("compaction.auto", True):
+    s = r.plan.settings
+    if not s.overflow.auto or not s.compaction.auto:
         return False
     return r.plan.config.get("config.compaction.auto") is not False  # KILO_DISABLE_AUTOCOMPACT
 
@@ -52,7 +53,7 @@ def unfit(r: StepRun, input_tokens: int, output: int | None, window: int) -> str
     A provider refuses a request whose input plus output cap exceed the window, and Kilo
     then compacts in overflow mode; ``overflow.unfit: compact`` does that compaction
     without the round trip that cannot succeed, ``send`` sends it as Kilo does."""
-    action = r.setting("overflow.unfit", "compact")
+    action = r.plan.settings.overflow.unfit
     auto = compacts_automatically(r)
     result = action if auto or action == "send" else "send: automatic compaction is off"
     r.decide(
@@ -83,8 +84,8 @@ def overflow(
         return None
     last = last_finished(view)
     if last is not None and not last.summary:
-        count = usage_count(last.tokens, count_fields(r))
-        cmp = r.setting("overflow.comparison", ">=")
+        count = usage_count(last.tokens, plan.settings.overflow.count)
+        cmp = plan.settings.overflow.comparison
         over = count >= limit if cmp == ">=" else count > limit
         r.decide(
             "guards",
@@ -99,11 +100,11 @@ def overflow(
         m = measure(
             lowered,
             tools,
-            factor=float(r.setting("tokens.preflight_factor", 1.3)),
+            factor=plan.settings.tokens.preflight_factor,
             counter=r.counter.count,
             cache=r.json,
         )
-        if m.continuation and r.setting("overflow.preflight.skip_mid_tool_loop", True):
+        if m.continuation and plan.settings.overflow.preflight.skip_mid_tool_loop:
             r.decide(
                 "guards",
                 "preflight",

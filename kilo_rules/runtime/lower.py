@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..catalog import signature_issuer
+from ..policy import Lowering, Prune, Summary, default
 from ..request import (
     CacheMark,
     Media,
@@ -42,6 +45,9 @@ from ..session import (
 from .history import has_non_synthetic_part
 from .memo import IdentityLRU
 
+if TYPE_CHECKING:
+    from ..plan import Plan
+
 INTERRUPTED = "[Tool execution was interrupted]"
 MEDIA_MIME_PREFIXES = ("image/", "application/pdf")
 
@@ -50,14 +56,32 @@ MEDIA_MIME_PREFIXES = ("image/", "application/pdf")
 class LowerSettings:
     """What lowering needs from the plan."""
 
-    placeholder: str = "[Old tool result content cleared]"
-    compaction_request: str = "What did we do so far?"
+    placeholder: str = default(Prune, "placeholder")
+    compaction_request: str = default(Summary, "request_text")
     media_in_tool_results: bool = True
     strip_historical_media: bool = False
-    media_placeholder: str = "[Attached {mime}: {name}]"
-    drop_errored_assistant: bool = True
+    media_placeholder: str = default(Lowering, "media_placeholder")
+    drop_errored_assistant: bool = default(Lowering, "drop_errored_assistant")
     tool_output_max_chars: int | None = None  # set for the summary input only
     strip_all_media: bool = False  # the summary input drops every media payload
+
+
+def lower_settings(plan: Plan, *, has_summary: bool = False, **changes: Any) -> LowerSettings:
+    """Lowering as the plan's policy asks for it (``changes`` adjust it, e.g. for the
+    summary input); historical media are stripped only once a summary exists."""
+    s = plan.settings
+    media_ok = s.lowering.media_in_tool_results.get(
+        plan.model.provider, plan.model.media_in_tool_results
+    )
+    base = LowerSettings(
+        placeholder=s.prune.placeholder,
+        compaction_request=s.compaction.summary.request_text,
+        media_in_tool_results=bool(media_ok),
+        strip_historical_media=has_summary and s.lowering.strip_media_after_summary,
+        media_placeholder=s.lowering.media_placeholder,
+        drop_errored_assistant=s.lowering.drop_errored_assistant,
+    )
+    return dataclasses.replace(base, **changes) if changes else base
 
 
 def client_mark(metadata: dict[str, object]) -> CacheMark | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..plan import CapDecision, CapSettings
+from ..plan import CapDecision
+from ..policy import OutputCap
 
 
 def max_output_tokens(limit_output: int, maximum: int) -> int:
@@ -17,7 +18,7 @@ def cap_output(
     normalized: int,
     media: int,
     reported: int | None,
-    settings: CapSettings,
+    settings: OutputCap,
 ) -> CapDecision:
     """Kilo's capOutputTokens decision table (``kilocode/session/llm.ts@1716922:58-81``)."""
     if configured is None:

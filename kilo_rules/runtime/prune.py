@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..policy import Prune, default
 from ..session import Message, ToolPart
 
 if TYPE_CHECKING:
@@ -20,16 +21,16 @@ Reason = Literal["normal", "post-compaction", "payload-limit"]
 
 @dataclass(frozen=True, slots=True)
 class PruneSettings:
-    """``prune.*`` of the policy, with Kilo's constants as defaults."""
+    """``prune.*`` of the plan, per-step values evaluated."""
 
-    enabled: bool = True
-    normal: bool = False
-    post_compaction: bool = True
-    payload_limit: bool = True
-    protect_turns: int = 2
-    protect_tokens: int = 40_000
-    minimum_tokens: int = 20_000
-    protected_tools: tuple[str, ...] = ("skill",)
+    enabled: bool
+    normal: bool
+    post_compaction: bool
+    payload_limit: bool
+    protect_turns: int
+    protect_tokens: int
+    minimum_tokens: int
+    protected_tools: tuple[str, ...]
 
     def allows(self, reason: Reason) -> bool:
         """The gate (``compaction.ts@02bc3f2:326-327``): normal pruning is opt-in."""
@@ -69,30 +70,25 @@ class PruneResult:
 
 def prune_settings(plan: Plan, context: Mapping[str, Any] | None = None) -> PruneSettings:
     """``prune.*`` of the plan. Values decided per step come from ``context`` (a step's
-    evaluation context); without one they fall back to Kilo's constants. A configured
+    evaluation context); without one they fall back to the model's defaults. A configured
     ``config.compaction.prune: false`` (``KILO_DISABLE_PRUNE``) switches pruning off."""
-    d = PruneSettings()
+    p = plan.settings.prune
 
-    def setting(name: str, default: Any) -> Any:
-        value = plan.setting(name)
-        return default if value is None else value
-
-    def num(name: str, default: int) -> int:
-        if context is not None and context.get(name) is not None:
-            return int(context[name])
-        v = plan.values.get(name)
-        return default if v is None or v.dynamic or v.value is None else int(v.value)
+    def num(name: str) -> int:
+        if context is not None and context.get(f"prune.{name}") is not None:
+            return int(context[f"prune.{name}"])
+        value = getattr(p, name)
+        return value if isinstance(value, int) else int(default(Prune, name))
 
     return PruneSettings(
-        enabled=bool(setting("prune.enabled", d.enabled))
-        and plan.config.get("config.compaction.prune") is not False,
-        normal=bool(setting("prune.reasons.normal", d.normal)),
-        post_compaction=bool(setting("prune.reasons.post_compaction", d.post_compaction)),
-        payload_limit=bool(setting("prune.reasons.payload_limit", d.payload_limit)),
-        protect_turns=int(setting("prune.protect_turns", d.protect_turns)),
-        protect_tokens=num("prune.protect_tokens", d.protect_tokens),
-        minimum_tokens=num("prune.minimum_tokens", d.minimum_tokens),
-        protected_tools=tuple(setting("prune.protected_tools", d.protected_tools)),
+        enabled=p.enabled and plan.config.get("config.compaction.prune") is not False,
+        normal=p.reasons.normal,
+        post_compaction=p.reasons.post_compaction,
+        payload_limit=p.reasons.payload_limit,
+        protect_turns=p.protect_turns,
+        protect_tokens=num("protect_tokens"),
+        minimum_tokens=num("minimum_tokens"),
+        protected_tools=p.protected_tools,
     )
 
 

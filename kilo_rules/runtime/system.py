@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import glob
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..plan import LayerPlan
+from ..policy import Instructions
 from .context import StepInput, Workspace
 
 if TYPE_CHECKING:
@@ -25,19 +25,6 @@ SKILLS_INTRO = (
     "Skills provide specialised instructions for particular tasks.\n"
     "Load a skill with the skill tool when the task matches its description."
 )
-
-
-@dataclass(frozen=True, slots=True)
-class InstructionSettings:
-    """Instruction discovery knobs (``system.instructions``)."""
-
-    global_files: tuple[str, ...] = ()
-    project_files: tuple[str, ...] = ()
-    globs: tuple[str, ...] = ()
-    urls: tuple[str, ...] = ()
-    url_timeout: float = 5.0
-    url_max_bytes: int = 262_144
-    on_demand: bool = False
 
 
 def _expand(path: str, ws: Workspace) -> Path:
@@ -60,7 +47,7 @@ def find_up(name: str, start: Path, stop: Path | None) -> Path | None:
         current = current.parent
 
 
-def instruction_files(settings: InstructionSettings, ws: Workspace) -> list[Path]:
+def instruction_files(settings: Instructions, ws: Workspace) -> list[Path]:
     """Local instruction files, in the order they are sent."""
     found: list[Path] = []
     for g in settings.global_files:
@@ -108,7 +95,7 @@ def fetch_url(url: str, timeout: float, max_bytes: int) -> str:
 
 
 def instructions_text(
-    settings: InstructionSettings, step: StepInput, files: Sequence[Path] | None = None
+    settings: Instructions, step: StepInput, files: Sequence[Path] | None = None
 ) -> tuple[str, list[str], list[dict[str, Any]]]:
     """(layer text, loaded paths, decisions) of the instruction layer; ``files`` are the
     local instruction files when the caller has already looked them up."""
@@ -126,7 +113,7 @@ def instructions_text(
     fetch = step.fetch or fetch_url
     for url in settings.urls:
         try:
-            text = fetch(url, settings.url_timeout, settings.url_max_bytes)
+            text = fetch(url, settings.url_timeout_seconds, settings.url_max_bytes)
         except Exception as exc:
             decisions.append({"rule": "instructions.url", "url": url, "warning": str(exc)})
             continue
@@ -177,7 +164,7 @@ def layer_texts(
     context: dict[str, Any],
     *,
     env_fields: Sequence[str],
-    instructions: InstructionSettings,
+    instructions: Instructions,
     user_system: str | None,
     files: Sequence[Path] | None = None,
 ) -> Iterator[tuple[LayerPlan, str, list[dict[str, Any]]]]:
@@ -220,25 +207,12 @@ def assemble(
     return head + ([separator.join(rest)] if rest else [])
 
 
-def instruction_settings(r: StepRun) -> InstructionSettings:
-    ins = r.setting("system.instructions", {}) or {}
-    return InstructionSettings(
-        global_files=tuple(ins.get("global_files") or ()),
-        project_files=tuple(ins.get("project_files") or ()),
-        globs=tuple(ins.get("globs") or ()),
-        urls=tuple(ins.get("urls") or ()),
-        url_timeout=float(ins.get("url_timeout_seconds") or 5.0),
-        url_max_bytes=int(ins.get("url_max_bytes") or 262_144),
-        on_demand=bool(ins.get("on_demand")),
-    )
-
-
-def step_instructions(r: StepRun) -> tuple[InstructionSettings, list[Path]]:
+def step_instructions(r: StepRun) -> tuple[Instructions, list[Path]]:
     """The instruction settings and local instruction files of this step, looked up on
     the filesystem once (lowering and system assembly both need them)."""
-    hit: tuple[InstructionSettings, list[Path]] | None = r.cached.get("instructions")
+    hit: tuple[Instructions, list[Path]] | None = r.cached.get("instructions")
     if hit is None:
-        settings = instruction_settings(r)
+        settings = r.plan.settings.system.instructions
         hit = (settings, instruction_files(settings, r.step.workspace))
         r.cached["instructions"] = hit
     return hit
@@ -255,7 +229,7 @@ def build_system(r: StepRun, view: Sequence[Message], ctx: dict[str, Any]) -> li
             plan.layers,
             r.step,
             ctx,
-            env_fields=tuple(r.setting("environment.static", [])),
+            env_fields=plan.settings.environment.static,
             instructions=settings,
             user_system=last_user.system if last_user else None,
             files=files,
@@ -278,12 +252,8 @@ def build_system(r: StepRun, view: Sequence[Message], ctx: dict[str, Any]) -> li
         if layer.id in replaced:
             continue
         texts.append((layer.id, text))
-    blocks = assemble(
-        texts,
-        blocks=int(r.setting("system.blocks", 1)),
-        collapse=r.setting("system.collapse", "header-rest"),
-        separator=r.setting("system.separator", "\n"),
-    )
+    sys = plan.settings.system
+    blocks = assemble(texts, blocks=sys.blocks, collapse=sys.collapse, separator=sys.separator)
     r.decide(
         "system",
         "layers",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Location
 from ..session import Message, Session, TokenUsage
+from ..tokens import CountCache, EstimateCounter, TokenCounter, counter_for
 from .context import StepInput
 from .measure import JsonCache
 from .memo import IdentityLRU
@@ -67,6 +68,24 @@ def last_finished(messages: Sequence[Message]) -> Message | None:
     return max(done, key=lambda m: (m.created, m.id)) if done else None
 
 
+def plan_counter(plan: Plan) -> tuple[TokenCounter, str | None]:
+    """The counter ``tokens.*`` names (``model``: the model's catalog tokenizer), and a
+    warning when it falls back to the estimate."""
+    t = plan.settings.tokens
+    spec = plan.model.tokenizer if t.counter == "model" else t.counter
+    return counter_for(spec, factor=t.safety_factor, chars_per_token=t.chars_per_token)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCaches:
+    """What one step leaves for the next on the same plan (kept in ``plan.memo``)."""
+
+    counter: TokenCounter  # a CountCache around an exact counter
+    warning: str | None  # why the policy's counter could not be used
+    json: JsonCache  # per-message JSON and token counts
+    lower: IdentityLRU[Any, Any]  # lowered messages per session message
+
+
 class StepRun:
     """State of one apply call."""
 
@@ -78,28 +97,17 @@ class StepRun:
         #: Lookups shared by several stages of this step (e.g. instruction files).
         self.cached: dict[str, Any] = {}
         self.mutations: list[dict[str, Any]] = []
-        from ..tokens import CountCache, EstimateCounter, counter_for
-
-        spec = plan.setting("tokens.counter") or "estimate"
-        if spec == "model":
-            spec = plan.model.tokenizer
-        factor = float(plan.setting("tokens.safety_factor") or 1.0)
-        memo = plan.memo
-        if memo.get("counter_spec") != (spec, factor):
-            counter, warning = counter_for(spec, factor=factor)
+        caches: PlanCaches | None = plan.memo.get("step")
+        if caches is None:  # the plan never changes: build its caches once, in one store
+            counter, warning = plan_counter(plan)
             if not isinstance(counter, EstimateCounter):
                 counter = CountCache(counter)  # count each message once, not every step
-            memo.update(
-                counter_spec=(spec, factor),
-                counter=counter,
-                counter_warning=warning,
-                json=JsonCache(counter.count),
-                lower=IdentityLRU(),
-            )
-        self.counter = memo["counter"]
-        warning = memo["counter_warning"]
-        self.json: JsonCache = memo["json"]
-        self.lower_cache = memo["lower"]
+            caches = PlanCaches(counter, warning, JsonCache(counter.count), IdentityLRU())
+            plan.memo["step"] = caches
+        self.counter = caches.counter
+        warning = caches.warning
+        self.json = caches.json
+        self.lower_cache = caches.lower
         if warning:
             self.decide("lower", "tokens.counter", "tokens.counter", {}, warning, "warning")
 
@@ -115,13 +123,3 @@ class StepRun:
         self.decisions.append(
             Decision(stage, rule, self.plan.where(setting), inputs, result, severity)
         )
-
-    def setting(self, dotted: str, default: Any = None) -> Any:
-        v = self.plan.setting(dotted, default)
-        return default if v is None else v
-
-
-def count_fields(r: StepRun) -> list[str]:
-    return list(
-        r.setting("overflow.count", ["input", "output", "reasoning", "cache_read", "cache_write"])
-    )

@@ -58,7 +58,7 @@ def _kilo_says_compact(plan: Plan, session: Session) -> bool:
     if not done or max(done, key=lambda m: (m.created, m.id)).summary:
         return False
     last = last_finished(view)
-    fields = plan.setting("overflow.count")
+    fields = plan.settings.overflow.count
     return last is not None and usage_count(last.tokens, fields) >= plan.value("overflow.limit")
 
 

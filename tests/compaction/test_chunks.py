@@ -65,7 +65,7 @@ def test_spec_7_5_chunked_fallback_when_the_head_does_not_fit() -> None:
     assert len(chunk_requests) == how["chunks"] >= 4
     assert all(r.max_output_tokens == 2048 for r in fake.requests)
     assert all(r.previous_summary is None for r in chunk_requests)
-    new = plan.setting("compaction.summary.new_instruction")
+    new = plan.settings.compaction.summary.new_instruction
     assert all(r.instruction.startswith(new) for r in chunk_requests)
     assert result.summary_text == f"SUMMARY {len(fake.requests)}"  # the final merge
 

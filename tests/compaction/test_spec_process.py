@@ -59,7 +59,7 @@ def test_spec_7_5_continue_message_is_synthetic_with_metadata() -> None:
     cont = _added(result.mutations)[-1]
     part = cont.parts[0]
     assert isinstance(part, TextPart) and part.synthetic
-    assert part.text == plan.setting("compaction.continue_text")
+    assert part.text == plan.settings.compaction.continue_text
     assert cont.metadata["compaction_continue"] is True
     assert part.metadata["compaction_continue"] is True
     assert result.replayed_message_id is None
@@ -71,8 +71,8 @@ def test_spec_7_5_continue_message_has_the_overflow_preamble_on_overflow() -> No
     s = session(user("u1", "go"), assistant("a1", text("a1t", chars(6_000))))
     result = compact(plan, s, FakeSummarizer(), overflow=True, count=estimate)
     text_ = _added(result.mutations)[-1].parts[0].text  # type: ignore[union-attr]
-    preamble = plan.setting("compaction.overflow_preamble")
-    assert text_ == f"{preamble}\n\n{plan.setting('compaction.continue_text')}"
+    preamble = plan.settings.compaction.overflow_preamble
+    assert text_ == f"{preamble}\n\n{plan.settings.compaction.continue_text}"
 
 
 def test_spec_7_5_view_after_compaction_is_request_summary_tail_continue() -> None:
@@ -107,7 +107,7 @@ def test_spec_7_5_summary_input_is_the_head_with_media_stripped_and_outputs_capp
     assert result.content[0].text.endswith(  # type: ignore[union-attr]
         "\n[Tool output truncated for compaction: omitted 3000 chars]"
     )
-    new = plan.setting("compaction.summary.new_instruction")
+    new = plan.settings.compaction.summary.new_instruction
     assert req.instruction.startswith(new + "\n\n## ") or req.instruction.startswith(new + "\n\n")
     assert req.template and req.instruction == f"{new}\n\n{req.template}"
     assert req.previous_summary is None
@@ -129,7 +129,7 @@ def test_spec_7_5_prior_compactions_are_hidden_and_the_summary_rolls() -> None:
     result = compact(plan, s, fake, overflow=None, count=estimate)
     second = fake.requests[-1]
     assert second.previous_summary == "Edited `src/app.py`; ran `pytest -q`; saw ValueError: bad x"
-    update = plan.setting("compaction.summary.update_instruction")
+    update = plan.settings.compaction.summary.update_instruction
     assert second.instruction.startswith(update.replace("{previous}", second.previous_summary))
     # the old compaction request and summary are not part of the new head
     sources = {m.source_id for m in second.messages}

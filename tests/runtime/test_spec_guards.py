@@ -124,16 +124,16 @@ def test_tiktoken_counts_are_cached_per_message(tmp_path: Path) -> None:
     plan = compile_policy(p, model())
     s = session(*_big_tool_session(3, 2_000))
     first = apply_plan(plan, s, StepInput())
-    stats = plan.memo["counter"].stats()
+    stats = plan.memo["step"].counter.stats()
     again = apply_plan(plan, s, StepInput())
-    after = plan.memo["counter"].stats()
+    after = plan.memo["step"].counter.stats()
     assert after.misses == stats.misses  # nothing recounted on the next step
     assert after.hits > stats.hits
     assert first.body() == again.body()
     assert not [d for d in first.decisions if d.rule == "tokens.counter"]  # offline, no fallback
     s2 = s.model_copy(update={"messages": [*s.messages, assistant("a9", text("t", "done"))]})
     apply_plan(plan, s2, StepInput())
-    assert plan.memo["counter"].stats().misses > after.misses  # only the new parts
+    assert plan.memo["step"].counter.stats().misses > after.misses  # only the new parts
 
 
 def test_unknown_encoding_falls_back_to_the_estimate_with_a_warning(tmp_path: Path) -> None:

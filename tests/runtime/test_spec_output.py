@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kilo_rules.compile import compile_policy
-from kilo_rules.plan import CapSettings
+from kilo_rules.policy import OutputCap
 from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.runtime.output import cap_output, max_output_tokens
@@ -80,7 +80,7 @@ def test_spec_3_zero_context_gives_zero_usable() -> None:
     assert plan.value("budget.usable") == 0
 
 
-CAP = CapSettings()
+CAP = OutputCap()
 
 
 @pytest.mark.parametrize(

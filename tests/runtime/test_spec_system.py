@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from kilo_rules.compile import compile_policy
+from kilo_rules.policy import Instructions
 from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import Agent, Skill, StepInput, Workspace
 from kilo_rules.runtime.system import (
-    InstructionSettings,
     assemble,
     instruction_files,
     instructions_text,
@@ -133,7 +133,7 @@ def test_instruction_find_up_first_name_wins_without_stacking(tmp_path: Path) ->
     home = tmp_path / "home"
     (home / ".config" / "kilo").mkdir(parents=True)
     (home / ".config" / "kilo" / "AGENTS.md").write_text("global")
-    settings = InstructionSettings(
+    settings = Instructions(
         global_files=("~/.config/kilo/AGENTS.md", "~/.claude/CLAUDE.md"),
         project_files=("AGENTS.md", "CLAUDE.md"),
     )
@@ -150,7 +150,7 @@ def test_instruction_find_up_stops_at_the_workspace_root(tmp_path: Path) -> None
     (tmp_path / "AGENTS.md").write_text("outside")
     root = tmp_path / "repo"
     root.mkdir()
-    settings = InstructionSettings(project_files=("AGENTS.md",))
+    settings = Instructions(project_files=("AGENTS.md",))
     assert instruction_files(settings, Workspace(cwd=str(root), root=str(root))) == []
 
 
@@ -184,9 +184,9 @@ def server() -> Iterator[str]:
 
 
 def test_instruction_urls_fetched_and_failures_become_warnings(server: str, tmp_path: Path) -> None:
-    settings = InstructionSettings(
+    settings = Instructions(
         urls=(f"{server}/rules.md", f"{server}/missing.md", f"{server}/big.md"),
-        url_timeout=5.0,
+        url_timeout_seconds=5.0,
         url_max_bytes=1000,
     )
     text, loaded, decisions = instructions_text(
