@@ -116,3 +116,26 @@ def test_the_engine_reads_no_setting_by_string_path() -> None:
         if lookups.search(line)
     ]
     assert found == []
+
+
+def test_a_bare_policy_compacts(tmp_path: Path) -> None:
+    from kilo_rules.runtime.compaction import compact
+
+    from .compaction.helpers import FakeSummarizer
+
+    plan = compile_policy(_policy(tmp_path, ""), model())
+    msgs = [user("u1", "first"), assistant("a1", tool("t1", "x" * 400)), user("u2", "next")]
+    result = compact(plan, session(*msgs), FakeSummarizer(), overflow=None, count=len)
+    select = next(d for d in result.decisions if d.rule == "select")
+    assert select.inputs["tail_turns"] == 2 and select.inputs["budget"] == 0
+    assert result.mutations  # the summary was written, nothing was lost
+
+
+def test_a_per_step_payload_limit_is_honoured(tmp_path: Path) -> None:
+    body = 'payload:\n  max_bytes: "100 if request.step > 0 else 1_000_000"\n  on_exceed: warn\n'
+    plan = compile_policy(_policy(tmp_path, body), model())
+    msgs = (user("u1", "hi " * 200),)
+    quiet = apply_plan(plan, session(*msgs), StepInput(step=0))
+    loud = apply_plan(plan, session(*msgs), StepInput(step=1))
+    assert not [d for d in quiet.decisions if d.rule == "payload-limit"]
+    assert [d.result for d in loud.decisions if d.rule == "payload-limit"] == ["sent anyway"]

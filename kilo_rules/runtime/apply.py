@@ -192,7 +192,12 @@ def stage_lower(st: StepState) -> None:
 def stage_guards(st: StepState) -> None:
     """The payload byte limit (prune once and rebuild), then the overflow checks."""
     r, plan = st.run, st.run.plan
-    max_bytes = int(plan.static_context.get("payload.max_bytes") or 0)
+    limit = plan.settings.payload.max_bytes
+    if isinstance(limit, str):  # decided per step: evaluated on the request as lowered
+        limit = plan.context(_dynamic_names(r, st.view, st.lowered, st.pieces, st.size)).get(
+            "payload.max_bytes"
+        )
+    max_bytes = int(limit or 0)
     if max_bytes and st.size > max_bytes:
         _payload_limit(st, max_bytes)
     st.tools = tuple(ToolSpec(t.name, t.description, dict(t.input_schema)) for t in r.session.tools)

@@ -273,7 +273,10 @@ def compact(
     head = tuple(
         lower(sel.head, lower_settings(plan, strip_all_media=strip, tool_output_max_chars=cap))
     )
-    out_tokens = int(plan.value("output.configured") or plan.model.limits.output or 0)
+    configured = plan.settings.output.configured
+    if isinstance(configured, str):
+        configured = plan.value("output.configured")
+    out_tokens = int(configured or plan.model.limits.output or 0)
     body, how = write_summary(
         plan,
         SummaryRequest(instruction, head, out_tokens, previous, template),
