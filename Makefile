@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench fuzz clean
 
 $(BIN)/kilo-rules: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ test: $(BIN)/kilo-rules
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q
+
+# Every untrusted surface with 10^5 generated inputs (make test runs a derandomised few).
+fuzz: $(BIN)/kilo-rules
+	KILO_RULES_FUZZ_EXAMPLES=$${KILO_RULES_FUZZ_EXAMPLES:-100000} $(BIN)/pytest -q tests/fuzz -p no:cacheprovider
 
 bench: $(BIN)/kilo-rules
 	$(BIN)/python benchmarks/bench_expr.py
