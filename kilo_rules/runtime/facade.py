@@ -106,23 +106,32 @@ class Runtime:
             key, n = self._attempts.get(session.id, ("", 0))
         return n if key == _turn_key(session) else 0
 
-    def _count_attempt(self, session: Session) -> None:
+    def _may_compact(self, session: Session) -> None:
+        """Refuse one more compaction in this user turn once ``max_attempts`` have run."""
         limit = self.plan.settings.compaction.max_attempts
         key = _turn_key(session)
         with self._lock:
             old_key, n = self._attempts.get(session.id, ("", 0))
-            n = n if old_key == key else 0
-            if limit and n >= limit:
-                raise ContextOverflowError(
-                    Diagnostic(
-                        "runtime.compaction_exhausted",
-                        f"Compaction exhausted: context still exceeds model limits after "
-                        f"{n} attempts",
-                        self._where("compaction.max_attempts"),
-                        details={"session": session.id, "turn": key, "attempts": n},
-                    )
+        n = n if old_key == key else 0
+        if limit and n >= limit:
+            raise ContextOverflowError(
+                Diagnostic(
+                    "runtime.compaction_exhausted",
+                    f"Compaction exhausted: context still exceeds model limits after {n} attempts",
+                    self._where("compaction.max_attempts"),
+                    details={"session": session.id, "turn": key, "attempts": n},
                 )
-            self._attempts[session.id] = (key, n + 1)
+            )
+
+    def _compacted(self, session: Session) -> None:
+        """Count a compaction that succeeded, and consume the provider's overflow report
+        it answered. Only a success does either: a summarizer that fails leaves the next
+        step to compact in the same mode, with the same attempts left."""
+        key = _turn_key(session)
+        with self._lock:
+            old_key, n = self._attempts.get(session.id, ("", 0))
+            self._attempts[session.id] = (key, (n if old_key == key else 0) + 1)
+            self._overflowed.discard(session.id)
 
     def _where(self, dotted: str) -> Location:
         # An engine default has no place in the policy: point at the policy file.
@@ -133,13 +142,10 @@ class Runtime:
     ) -> Decision:
         return Decision("compaction", rule, self.plan.where(setting), inputs, result)
 
-    def _reason(self, session: Session, result: TurnResult, ds: list[Decision]) -> str | None:
+    def _reason(self, session: Session, result: TurnResult) -> str | None:
         with self._lock:
             provider = session.id in self._overflowed
-            self._overflowed.discard(session.id)
-        if provider:
-            return "provider"
-        return result.compaction_needed
+        return "provider" if provider else result.compaction_needed
 
     def step(self, session: Session, step_input: StepInput | None = None) -> StepResult:
         """The request for the next step of ``session``, compacting first if needed."""
@@ -163,22 +169,23 @@ class Runtime:
                 session = apply_mutations(session, pruned.mutations(now))
         result = apply_plan(self.plan, session, step_input)
         compactions = 0
-        reason = self._reason(session, result, decisions)
+        reason = self._reason(session, result)
         while reason is not None:
-            self._count_attempt(session)
+            self._may_compact(session)
             decisions.extend(result.decisions)
             # A request that cannot fit is compacted as the provider's refusal would be.
             overflow = {"provider": True, "window": True, "preflight": False}.get(reason)
             done = compact(
                 self.plan, session, self.summarizer, overflow=overflow, count=self.counter.count
             )
+            self._compacted(session)
             decisions.extend(done.decisions)
             mutations.extend(result.mutations)
             mutations.extend(done.mutations)
             session = apply_mutations(session, [*result.mutations, *done.mutations])
             compactions += 1
             result = apply_plan(self.plan, session, step_input)
-            reason = self._reason(session, result, decisions)
+            reason = self._reason(session, result)
         decisions.extend(result.decisions)
         mutations.extend(result.mutations)
         session = apply_mutations(session, result.mutations)
