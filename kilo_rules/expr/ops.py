@@ -8,11 +8,11 @@ or ``TypeError``; the evaluators attach the location.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 
+from ..regex import Pattern, compile_regex
+from ..regex import regex_problem as _regex_problem
 from .nodes import LIMITS
 
 _NUMERIC = frozenset({int, float})
@@ -186,87 +186,27 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
 
 # --- regular expressions -----------------------------------------------------------------
 
-_QUANTIFIER = re.compile(r"[*+]|\{(\d*)(,?)(\d*)\}")
-
 
 def regex_problem(pattern: str) -> str | None:
-    """Why ``pattern`` is refused, or None when it is safe to run.
+    """Why ``pattern`` is refused, or None when it can run.
 
-    Python's ``re`` backtracks, so a pattern that repeats a group which itself repeats or
-    alternates (``(a+)+``, ``(a*)*``, ``(a|aa)*``) can take exponential time, and
-    backreferences defeat any bound. Such patterns are refused outright; this is what
-    makes a regex timeout unnecessary.
+    Patterns are compiled by RE2 (:mod:`kilo_rules.regex`), which matches in time linear
+    in the text, so no pattern can make an evaluation hang; what RE2 cannot run that way
+    (backreferences, lookaround) is refused here, and by ``check`` for a literal pattern.
     """
     if len(pattern) > LIMITS.max_regex_length:
         return (
             f"regular expression is {len(pattern)} characters long, more than the limit "
             f"of {LIMITS.max_regex_length}"
         )
-    # One frame per open group: [contains a repetition or an alternation].
-    frames: list[bool] = [False]
-    last_group_risky = False  # the atom just before the current position is a risky group
-    i, n = 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        atom_is_group = False
-        if ch == "\\":
-            nxt = pattern[i + 1 : i + 2]
-            if (nxt.isdigit() and nxt != "0") or nxt == "g":
-                return "backreferences are not allowed in regular expressions"
-            i += 2
-        elif ch == "[":
-            i += 1
-            if pattern[i : i + 1] == "^":
-                i += 1
-            if pattern[i : i + 1] == "]":
-                i += 1
-            while i < n and pattern[i] != "]":
-                i += 2 if pattern[i] == "\\" else 1
-            i += 1
-        elif ch == "(":
-            if pattern.startswith("(?P=", i):
-                return "backreferences are not allowed in regular expressions"
-            frames.append(False)
-            i += 1
-        elif ch == ")":
-            risky = frames.pop() if len(frames) > 1 else False
-            frames[-1] = frames[-1] or risky
-            atom_is_group, last_group_risky = True, risky
-            i += 1
-        elif ch == "|":
-            frames[-1] = True
-            i += 1
-        else:
-            quantifier = _QUANTIFIER.match(pattern, i)
-            if quantifier:
-                _, comma, high = quantifier.groups()
-                unbounded = ch in "*+" or (comma and not high) or (high and int(high) > 1)
-                if unbounded:
-                    if last_group_risky:
-                        return (
-                            "a repeated group that itself repeats or alternates (like "
-                            "(a+)+ or (a|b)*) can take exponential time; rewrite it"
-                        )
-                    frames[-1] = True
-                i = quantifier.end()
-                if pattern[i : i + 1] in ("?", "+"):
-                    i += 1
-                last_group_risky = False
-                continue
-            i += 1
-        if not atom_is_group:
-            last_group_risky = False
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        return f"invalid regular expression: {exc}"
-    return None
+    problem = _regex_problem(pattern)
+    return f"invalid regular expression: {problem}" if problem else None
 
 
-@lru_cache(maxsize=256)
-def safe_regex(pattern: str) -> re.Pattern[str]:
-    """Compile ``pattern`` if :func:`regex_problem` accepts it, else raise :class:`OpError`."""
+def safe_regex(pattern: str) -> Pattern:
+    """``pattern`` compiled by RE2 if :func:`regex_problem` accepts it, else raise
+    :class:`OpError` (an evaluation error at the operator)."""
     problem = regex_problem(pattern)
     if problem:
         raise OpError(problem)
-    return re.compile(pattern)
+    return compile_regex(pattern)

@@ -15,11 +15,11 @@ summary the new one no longer mentions.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..regex import compile_regex
 from ..session import CompactionPart, FilePart, Message, Session, TextPart
 from ..summarize import Summarizer, SummaryRequest
 from .apply import Decision
@@ -153,7 +153,9 @@ def _pins(plan: Plan, head: Sequence[Message], previous: Message | None) -> list
             if isinstance(p, TextPart) and p.metadata.get("kilo_rules") == PIN_MARK:
                 found.extend(p.metadata.get("pins", []))
     patterns = [
-        re.compile(p.messages_matching) for p in plan.settings.compaction.pin if p.messages_matching
+        compile_regex(p.messages_matching)
+        for p in plan.settings.compaction.pin
+        if p.messages_matching
     ]
     seen = {p["id"] for p in found}
     for m in head:

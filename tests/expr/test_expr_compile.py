@@ -275,5 +275,26 @@ def test_regex_is_checked_at_runtime_when_not_literal() -> None:
     vocab = VOCAB.extended({"pattern": STR})
     compiled = compile_source("model.id matches pattern", expected=BOOL, vocab=vocab)
     assert compiled({**CONTEXT, "pattern": "claude"}) is True
-    with pytest.raises(EvalError, match="exponential"):
-        compiled({**CONTEXT, "pattern": "(a+)+$"})
+    with pytest.raises(EvalError, match="backreferences") as caught:
+        compiled({**CONTEXT, "pattern": "(a)\\1"})
+    assert caught.value.diagnostic.code == "expr.eval"
+    with pytest.raises(EvalError, match="lookahead"):
+        compiled({**CONTEXT, "pattern": "a(?=b)"})
+
+
+@pytest.mark.parametrize(
+    ("source", "subject"),
+    [
+        ('model.id matches ".*.*.*.*.*.*.*.*.*.*x"', "a" * 20_000),
+        ('model.id matches "(a?){24}a{24}$"', "a" * 20_000 + "b"),
+        ('regex_match(model.id, "(a|aa)*c")', "a" * 20_000),
+    ],
+)
+def test_patterns_that_backtrack_run_in_linear_time(source: str, subject: str) -> None:
+    """These take seconds to years under a backtracking engine; RE2 answers at once."""
+    import time
+
+    compiled = compile_source(source, expected=BOOL, vocab=VOCAB)
+    started = time.perf_counter()
+    assert compiled({**CONTEXT, "model.id": subject}) is False
+    assert time.perf_counter() - started < 1.0
