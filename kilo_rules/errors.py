@@ -134,6 +134,14 @@ class ContextOverflowError(KiloRulesError):
     """The request cannot be brought under the model's window (compaction exhausted)."""
 
 
+class NetworkError(KiloRulesError):
+    """A fetch was refused by the network policy or failed (``kilo_rules.net``).
+
+    The code names the rule: ``net.scheme``, ``net.host``, ``net.address``, ``net.redirect``,
+    ``net.deadline``, ``net.too-large``, ``net.status``, ``net.encoding``, ``net.transport``
+    or ``net.url``; the details carry the URL and the limit that was hit."""
+
+
 def render_text(
     diagnostics: Iterable[Diagnostic],
     sources: Mapping[str, str] | None = None,

@@ -352,6 +352,12 @@ class Instructions(_Section):
     urls: tuple[str, ...] = Field((), description="http(s) URLs fetched at build time.")
     url_timeout_seconds: float = Field(5.0, gt=0, description="Fetch timeout (5 s).")
     url_max_bytes: int = Field(262_144, ge=1, description="Size cap of a fetched file.")
+    url_ttl_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="How long a fetched URL (a failure: at most 30 s) is reused before it is "
+        "fetched again; 0 fetches on every step.",
+    )
     on_demand: bool = Field(
         False,
         description="When a read tool opens a file under a directory with its own AGENTS.md, "

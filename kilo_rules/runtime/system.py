@@ -2,17 +2,21 @@
 
 Instruction files are discovered as Kilo does: the first global file that exists; in the
 project, the nearest file of the first name found walking up from the working directory
-(ancestors are not stacked); configured globs; http(s) URLs fetched with a timeout and a
-size cap, where a failure leaves the layer empty and records a warning.
+(ancestors are not stacked); configured globs; URLs fetched through :mod:`kilo_rules.net`
+(total deadline, size cap, address and redirect rules) and cached for
+``url_ttl_seconds``, where a failure leaves the layer empty and records a warning.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import NetworkError
+from ..net import NetClient, NetworkSettings, UrlCache
 from ..plan import LayerPlan
 from ..policy import Instructions
 from .context import StepInput, Workspace
@@ -73,25 +77,18 @@ def instruction_files(settings: Instructions, ws: Workspace) -> list[Path]:
     return list(unique)
 
 
-def fetch_url(url: str, timeout: float, max_bytes: int) -> str:
-    """GET an instruction URL with httpx: http(s) only, a timeout, a size cap."""
-    import httpx
+#: Instruction texts by (fetcher, URL, deadline, cap), kept ``url_ttl_seconds``; a failure
+#: is kept for at most NEGATIVE_TTL_SECONDS, so that a URL that hangs or fails costs one
+#: deadline per half minute rather than one per step.
+NEGATIVE_TTL_SECONDS = 30.0
+URL_CACHE: UrlCache[str] = UrlCache(256, negative_ttl=NEGATIVE_TTL_SECONDS)
 
-    if not url.startswith(("http://", "https://")):
-        raise ValueError("only http(s) URLs are fetched")
-    with (
-        httpx.Client(timeout=timeout, follow_redirects=True) as client,
-        client.stream("GET", url) as resp,
-    ):
-        resp.raise_for_status()
-        chunks = []
-        size = 0
-        for chunk in resp.iter_bytes():
-            size += len(chunk)
-            if size > max_bytes:
-                raise ValueError(f"larger than {max_bytes} bytes")
-            chunks.append(chunk)
-    return b"".join(chunks).decode("utf-8", errors="replace")
+
+def fetch_url(url: str, timeout: float, max_bytes: int) -> str:
+    """GET an instruction URL under the network policy (``KILO_RULES_NET_*``): ``timeout``
+    is the total deadline of the call and ``max_bytes`` the size cap, on the wire and
+    decoded. Raises :class:`~kilo_rules.errors.NetworkError`."""
+    return NetClient(NetworkSettings()).get_text(url, deadline=timeout, max_bytes=max_bytes)
 
 
 def instructions_text(
@@ -111,10 +108,21 @@ def instructions_text(
         except (OSError, UnicodeDecodeError) as exc:
             decisions.append({"rule": "instructions.file", "warning": f"{path}: {exc}"})
     fetch = step.fetch or fetch_url
+    timeout, cap = settings.url_timeout_seconds, settings.url_max_bytes
     for url in settings.urls:
         try:
-            text = fetch(url, settings.url_timeout_seconds, settings.url_max_bytes)
-        except Exception as exc:
+            text = URL_CACHE.get(
+                (fetch, url, timeout, cap),
+                settings.url_ttl_seconds,
+                functools.partial(fetch, url, timeout, cap),
+            )
+        except NetworkError as exc:
+            d = exc.diagnostic
+            decisions.append(
+                {"rule": "instructions.url", "url": url, "warning": d.message, "code": d.code}
+            )
+            continue
+        except Exception as exc:  # an injected fetcher may raise anything
             decisions.append({"rule": "instructions.url", "url": url, "warning": str(exc)})
             continue
         parts.append(f"Instructions from: {url}\n{text}")
