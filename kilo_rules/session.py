@@ -17,7 +17,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import Diagnostic, Location, SessionError
-from .source import JsonPath, JsonText, nearest
+from .source import JsonPath, JsonText, json_problem, may_hold_surrogates, nearest
+
+MAX_BYTES = 64 * 1024 * 1024
+"""The largest session or agent log read from a file, in bytes (long sessions with many
+screenshots reach tens of megabytes; a parsed document costs several times its size)."""
+
+MAX_DEPTH = 100
+"""How deeply objects and arrays may nest in a session (the outermost value is level 1).
+Real sessions stay under 20; the bound keeps recursive code downstream (validation,
+serialisation, copies) from running out of stack."""
 
 
 class _Model(BaseModel):
@@ -209,7 +218,11 @@ def is_session_v1(data: Any) -> bool:
 
 
 def session_from_json(text: str, file: str = "<session>") -> Session:
-    """Parse and validate a Session v1 JSON document; errors are located ``file:line:col``."""
+    """Parse and validate a Session v1 JSON document; errors are located ``file:line:col``.
+
+    Besides the schema, a session must nest at most :data:`MAX_DEPTH` levels, hold no lone
+    UTF-16 surrogate (``"\\ud800"`` parses, but no output can encode it) and use each
+    message id, part id and tool call id once."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -218,30 +231,120 @@ def session_from_json(text: str, file: str = "<session>") -> Session:
                 "session.json", f"not valid JSON: {exc.msg}", Location(file, exc.lineno, exc.colno)
             )
         ) from None
+    except RecursionError:
+        deep = JsonText(file, text).too_deep(MAX_DEPTH)
+        path, location = deep if deep is not None else ((), Location(file, 1, 1))
+        raise SessionError(_depth_diagnostic(path, location)) from None
     return session_from_data(data, file=file, text=text)
 
 
 def session_from_data(data: Any, file: str = "<session>", text: str | None = None) -> Session:
-    """Validate already-parsed Session v1 data."""
+    """Validate already-parsed Session v1 data (``text``, when given, is the JSON it was
+    parsed from, to locate errors; see :func:`session_from_json` for what is checked)."""
+    locator = JsonText(file, text) if text is not None else None
+
+    def locate(path: JsonPath) -> Location:
+        return locator.locate(path) if locator is not None else Location(file, 1, 1)
+
+    problem = json_problem(data, MAX_DEPTH, strings=text is None or may_hold_surrogates(text))
+    if problem is not None:
+        path, kind = problem
+        if kind == "depth":
+            raise SessionError(_depth_diagnostic(path, locate(path)))
+        raise SessionError(
+            Diagnostic(
+                "session.surrogate",
+                f"{_dotted(path)}: holds a lone UTF-16 surrogate, which is not a character",
+                locate(path),
+                details={"path": list(path)},
+                hint="a \\uD800-\\uDFFF escape must be one half of a pair; "
+                "the text was probably cut in the middle of a character",
+            )
+        )
     try:
-        return Session.model_validate(data)
+        session = Session.model_validate(data)
     except ValidationError as exc:
         errors = [(err, _document_path(err["loc"])) for err in exc.errors()[:50]]
-        where = JsonText(file, text).locations(p for _, p in errors) if text is not None else {}
+        where = locator.locations(p for _, p in errors) if locator is not None else {}
         diags = []
         for err, path in errors:
             hit = nearest(where, path)
             location = hit[0] if hit is not None else Location(file, 1, 1)
-            dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path) or "."
             diags.append(
                 Diagnostic(
                     "session.invalid",
-                    f"{dotted.lstrip('.') or 'session'}: {err['msg']}",
+                    f"{_dotted(path)}: {err['msg']}",
                     location,
                     details={"path": list(path), "type": err["type"]},
                 )
             )
         raise SessionError(diags) from None
+    duplicate = first_duplicate_id(session)
+    if duplicate is not None:
+        path, message = duplicate
+        raise SessionError(
+            Diagnostic(
+                "session.duplicate-id",
+                f"{_dotted(path)}: {message}",
+                locate(path),
+                details={"path": list(path)},
+                hint="ids pair calls with results and name parts in mutations; "
+                "each must be unique within the session",
+            )
+        )
+    return session
+
+
+def first_duplicate_id(session: Session) -> tuple[JsonPath, str] | None:
+    """The first id, in document order, that an earlier message, part or tool call already
+    uses, as its path in the session and a message naming the first use; None when every
+    message id, part id (attachments included) and tool call id is unique. A repeated
+    ``call_id`` would pair one result with two calls, and providers refuse a request that
+    repeats one."""
+    messages: dict[str, int] = {}
+    parts: dict[str, JsonPath] = {}
+    calls: dict[str, JsonPath] = {}
+    for i, msg in enumerate(session.messages):
+        if msg.id in messages:
+            return ("messages", i, "id"), (
+                f"message id {msg.id!r} is already used by messages[{messages[msg.id]}]"
+            )
+        messages[msg.id] = i
+        for j, part in enumerate(msg.parts):
+            here: JsonPath = ("messages", i, "parts", j)
+            named = [(here, part.id)]
+            if isinstance(part, ToolPart):
+                named += [
+                    ((*here, "attachments", k), att.id) for k, att in enumerate(part.attachments)
+                ]
+            for at, pid in named:
+                if pid in parts:
+                    return (*at, "id"), f"part id {pid!r} is already used by {_dotted(parts[pid])}"
+                parts[pid] = at
+            if isinstance(part, ToolPart):
+                if part.call_id in calls:
+                    return (*here, "call_id"), (
+                        f"tool call id {part.call_id!r} is already used by "
+                        f"{_dotted(calls[part.call_id])}"
+                    )
+                calls[part.call_id] = here
+    return None
+
+
+def _dotted(path: JsonPath) -> str:
+    dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+    return dotted.lstrip(".") or "session"
+
+
+def _depth_diagnostic(path: JsonPath, location: Location) -> Diagnostic:
+    # A path hundreds of steps long says nothing more than its head; the location is exact.
+    shown = _dotted(path[:8]) + ("…" if len(path) > 8 else "")
+    return Diagnostic(
+        "session.depth",
+        f"{shown}: nested deeper than {MAX_DEPTH} levels",
+        location,
+        details={"path": list(path), "limit": MAX_DEPTH},
+    )
 
 
 _PART_TAGS = {"text", "reasoning", "file", "tool", "step-start", "compaction"}
@@ -260,16 +363,47 @@ def _document_path(loc: tuple[str | int, ...]) -> JsonPath:
     )
 
 
-def load_session(path: str | Path) -> Session:
-    """Read a Session v1 JSON file."""
+def load_session(path: str | Path, *, max_bytes: int = MAX_BYTES) -> Session:
+    """Read a Session v1 JSON file of at most ``max_bytes`` bytes (UTF-8)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        data = read_bounded(p, max_bytes)
     except OSError as exc:
         raise SessionError(
             Diagnostic("io.read", f"cannot read session: {exc.strerror}", Location(str(p), 1, 1))
         ) from None
-    return session_from_json(text, file=str(p))
+    if data is None:
+        raise SessionError(_size_diagnostic(p, max_bytes))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        head = data[: exc.start]
+        col = len(head[head.rfind(b"\n") + 1 :].decode("utf-8", "replace")) + 1
+        raise SessionError(
+            Diagnostic(
+                "session.encoding",
+                f"not UTF-8: invalid byte 0x{data[exc.start]:02x}",
+                Location(str(p), head.count(b"\n") + 1, col),
+            )
+        ) from None
+    return session_from_json(text.removeprefix("\ufeff"), file=str(p))
+
+
+def read_bounded(path: Path, max_bytes: int) -> bytes | None:
+    """The bytes of the file at ``path``, or None when it holds more than ``max_bytes``; never
+    reads more than one byte past the limit (a file may be a pipe, or grow while read)."""
+    with path.open("rb") as fh:
+        data = fh.read(max_bytes + 1)
+    return None if len(data) > max_bytes else data
+
+
+def _size_diagnostic(path: Path, max_bytes: int) -> Diagnostic:
+    return Diagnostic(
+        "session.size",
+        f"the file is larger than the limit of {max_bytes:,} bytes",
+        Location(str(path), 1, 1),
+        details={"limit": max_bytes},
+    )
 
 
 def dump_session(session: Session) -> str:

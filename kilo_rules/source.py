@@ -161,6 +161,92 @@ class JsonText:
         hit = nearest(self.locations([path]), path)
         return hit[0] if hit is not None else Location(self.file, self.line, 1)
 
+    def too_deep(self, max_depth: int) -> tuple[JsonPath, Location] | None:
+        """The first object or array, in text order, opened more than ``max_depth`` levels
+        deep (the outermost value is level 1), with where it starts; None when there is none.
+
+        This reads text that ``json`` may have refused for its depth, so it scans tokens in
+        one loop instead of parsing: strings are skipped whole by the pattern, and only
+        brackets, commas and keys move the path."""
+        stack: list[list[Any]] = []  # per open container: [is object, step, expecting key]
+        for token in _TOKEN.finditer(self.text):
+            ch = token.group()[0]
+            if ch in "[{":
+                if len(stack) >= max_depth:
+                    return tuple(frame[1] for frame in stack), self._at(token.start())
+                stack.append([ch == "{", None if ch == "{" else 0, ch == "{"])
+            elif ch in "]}":
+                if not stack:
+                    return None
+                stack.pop()
+            elif not stack:
+                continue
+            elif ch == ",":
+                frame = stack[-1]
+                if frame[0]:
+                    frame[2] = True
+                else:
+                    frame[1] += 1
+            elif ch == '"' and stack[-1][0] and stack[-1][2]:
+                stack[-1][1] = json.loads(token.group())
+                stack[-1][2] = False
+        return None
+
+    def _at(self, offset: int) -> Location:
+        line = self.line + self.text.count("\n", 0, offset)
+        return Location(self.file, line, offset - self.text.rfind("\n", 0, offset))
+
+
+# A JSON string, or one structural character; numbers, literals and blanks are not matched.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
+# A surrogate escape or a surrogate character: text that may decode to a lone surrogate.
+_MAYBE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_BAD_KEY = object()
+
+
+def may_hold_surrogates(text: str) -> bool:
+    """Whether JSON ``text`` may decode to a string holding a lone UTF-16 surrogate; False
+    lets a reader skip looking for one in what it parsed."""
+    return _MAYBE_SURROGATE.search(text) is not None
+
+
+def json_problem(
+    value: Any, max_depth: int, *, strings: bool = True
+) -> tuple[JsonPath, str] | None:
+    """The first value of parsed JSON, in document order, that no reader should accept,
+    and why: ``"depth"`` for an object or array nested more than ``max_depth`` levels deep
+    (the outermost value is level 1), ``"surrogate"`` for a string or key that holds a lone
+    UTF-16 surrogate (a JSON escape can spell one; no UTF-8 output can hold it). None when
+    all is well. ``strings=False`` skips the surrogate test (see :func:`may_hold_surrogates`).
+
+    One loop, no recursion: the depth it refuses is what recursive code downstream (pydantic,
+    ``json.dumps``, copies) could not handle."""
+    stack: list[tuple[JsonPath, Any]] = [((), value)]
+    while stack:
+        path, v = stack.pop()
+        if v is _BAD_KEY:
+            return path, "surrogate"
+        if isinstance(v, dict):
+            if len(path) >= max_depth:
+                return path, "depth"
+            children = list(v.items())
+        elif isinstance(v, list):
+            if len(path) >= max_depth:
+                return path, "depth"
+            children = list(enumerate(v))
+        else:
+            if strings and isinstance(v, str) and _SURROGATE.search(v):
+                return path, "surrogate"
+            continue
+        for step, child in reversed(children):
+            if strings and isinstance(step, str) and _SURROGATE.search(step):
+                # Found when its value is reached, so keys and values keep document order.
+                stack.append(((*path, step), _BAD_KEY))
+            elif isinstance(child, dict | list) or (strings and isinstance(child, str)):
+                stack.append(((*path, step), child))
+    return None
+
 
 _Want = dict[str | int, "_Want"]
 _DECODER = json.JSONDecoder()

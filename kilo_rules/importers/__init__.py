@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from ..errors import Diagnostic, ImportFormatError, Location, did_you_mean
-from ..session import Session, is_session_v1, session_from_data
+from ..session import MAX_BYTES, Session, is_session_v1, read_bounded, session_from_data
 from . import (
     anthropic_messages,
     claude_code,
@@ -33,7 +33,7 @@ from . import (
     openhands,
     swe_agent,
 )
-from ._source import Source, decode, fail, load
+from ._source import Source, check_size, decode, fail, fail_size, load
 
 __all__ = [
     "FORMATS",
@@ -71,6 +71,7 @@ def _parse(text: str, fmt: str, name: str) -> Source:
             + "known formats: "
             + ", ".join(FORMATS),
         )
+    check_size(text, name)
     prefer: Literal["json", "jsonl", "auto"] = "auto"
     if fmt != "auto":
         prefer = "auto" if fmt in _JSONL else "json"
@@ -117,6 +118,7 @@ def _one_run(run: int | None, what: str, name: str) -> None:
 
 
 def _convert(src: Source, fmt: str, run: int | None) -> Session:
+    src.check()
     if fmt == openhands.NAME:
         return openhands.convert(src, run or 0)
     _one_run(run, f"{fmt} log", src.file)
@@ -160,18 +162,28 @@ def read_session_text(text: str, *, run: int | None = None, name: str = "<text>"
 
 def read_session(path: str | Path, *, run: int | None = None) -> Session:
     """The session in the file at ``path``: Session v1 or a recorded log (UTF-8; see
-    :func:`read_session_text`). An unreadable file raises :class:`OSError`, unchanged."""
+    :func:`read_session_text`). An unreadable file raises :class:`OSError`, unchanged; a
+    file larger than :data:`~kilo_rules.session.MAX_BYTES` is an :class:`ImportFormatError`
+    (code ``import.size``), refused without reading it whole."""
     p = Path(path)
-    return read_session_text(decode(p.read_bytes(), str(p)), run=run, name=str(p))
+    return read_session_text(decode(_read(p), str(p)), run=run, name=str(p))
+
+
+def _read(path: Path) -> bytes:
+    data = read_bounded(path, MAX_BYTES)
+    if data is None:
+        fail_size(str(path))
+    return data
 
 
 def import_file(path: str | Path, *, fmt: str = "auto", run: int | None = None) -> Session:
     """Import the log at ``path`` (UTF-8; see :func:`import_text`).
 
-    An unreadable file is an :class:`ImportFormatError` with code ``io.read``."""
+    An unreadable file is an :class:`ImportFormatError` with code ``io.read``, one larger
+    than :data:`~kilo_rules.session.MAX_BYTES` one with code ``import.size``."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = _read(p)
     except OSError as exc:
         fail("io.read", f"cannot read {p}: {exc.strerror or exc}", Location(str(p), 1, 1))
     return import_text(decode(data, str(p)), fmt=fmt, run=run, name=str(p))

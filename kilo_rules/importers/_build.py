@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
 from ..errors import Diagnostic, ImportFormatError, Location
-from ..session import Session
+from ..session import Session, first_duplicate_id
+from ..source import JsonPath
+from ._source import Record
 
 # Finish reasons as the providers spell them → the names Session v1 (and Kilo) use.
 _FINISH = {
@@ -50,6 +52,7 @@ class SessionBuilder:
         self.tool_defs: dict[str, dict[str, Any]] = {}
         self._used_tools: dict[str, None] = {}
         self._pending: dict[str, dict[str, Any]] = {}
+        self._calls: set[str] = set()
         self._ids: set[str] = set()
         self.last_user_id: str | None = None
 
@@ -118,11 +121,22 @@ class SessionBuilder:
         *,
         start: int | None = None,
         metadata: Mapping[str, Any] | None = None,
+        at: tuple[Record, JsonPath] | None = None,
     ) -> dict[str, Any]:
         """Append a tool call; it stays ``pending`` until :meth:`tool_result` finds it.
 
         Arguments that are not a JSON object (a model can emit anything) are kept under
-        ``input["arguments"]`` since Session v1 inputs are objects."""
+        ``input["arguments"]`` since Session v1 inputs are objects. ``at`` is where the log
+        wrote ``call_id``: a log that uses one id for two calls is refused there, since a
+        result could not tell which call it answers and providers refuse repeated ids."""
+        if call_id in self._calls:
+            message = f"tool call id {call_id!r} is used by an earlier call"
+            if at is None:
+                raise ImportFormatError(
+                    Diagnostic("import.duplicate-id", message, Location(self.file, 1, 1))
+                )
+            at[0].fail(at[1], message, code="import.duplicate-id")
+        self._calls.add(call_id)
         args = input_ if isinstance(input_, dict) else {"arguments": input_}
         part = self.part(
             msg,
@@ -169,6 +183,14 @@ class SessionBuilder:
             )
         return True
 
+    def new_call_id(self, stem: str) -> str:
+        """A call id for a log that records none: ``call_<stem>``, made unique."""
+        cid, n = f"call_{stem}", 1
+        while cid in self._calls:
+            n += 1
+            cid = f"call_{stem}_{n}"
+        return cid
+
     def pending_calls(self) -> list[str]:
         """Call ids still waiting for a result, oldest first."""
         return list(self._pending)
@@ -191,18 +213,26 @@ class SessionBuilder:
         tools = list(self.tool_defs.values()) or [{"name": n} for n in self._used_tools]
         data: dict[str, Any] = {"id": session_id, "tools": tools, "messages": self.messages}
         data.update({k: v for k, v in fields.items() if v is not None})
+        # The converters check every value they copy where the log holds it, so that errors
+        # carry a line and column; what still fails here is a converter's own mistake.
         try:
-            return Session.model_validate(data)
+            session = Session.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
-            path = ".".join(str(p) for p in err["loc"])
-            raise ImportFormatError(
-                Diagnostic(
-                    "import.invalid",
-                    f"the imported session is not valid Session v1 ({path}: {err['msg']})",
-                    Location(self.file, 1, 1),
-                )
-            ) from None
+            self._invalid(".".join(str(p) for p in err["loc"]), err["msg"])
+        duplicate = first_duplicate_id(session)
+        if duplicate is not None:
+            self._invalid(".".join(str(p) for p in duplicate[0]), duplicate[1])
+        return session
+
+    def _invalid(self, path: str, message: str) -> NoReturn:
+        raise ImportFormatError(
+            Diagnostic(
+                "import.invalid",
+                f"the imported session is not valid Session v1 ({path}: {message})",
+                Location(self.file, 1, 1),
+            )
+        )
 
 
 # -- token usage ----------------------------------------------------------------------------

@@ -13,10 +13,15 @@ from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
 from ..errors import Diagnostic, ImportFormatError, Location
-from ..source import JsonPath, JsonText
+from ..session import MAX_BYTES, MAX_DEPTH
+from ..source import JsonPath, JsonText, json_problem, may_hold_surrogates
 
 # json.loads raises on these; a corrupted copy of a log must never escape as a traceback.
 _DECODE_ERRORS = (json.JSONDecodeError, RecursionError)
+
+MAX_LOG_DEPTH = MAX_DEPTH - 10
+"""How deeply a log may nest: an importer copies log values into a session a few levels
+further down (``messages[i].parts[j].metadata…``), and that session must load back."""
 
 
 def fail(code: str, message: str, location: Location, hint: str | None = None) -> NoReturn:
@@ -42,7 +47,7 @@ class Record:
 
     def fail(self, path: JsonPath, message: str, code: str = "import.shape") -> NoReturn:
         """Raise an error located at ``path``; the path is spelled out in the message."""
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+        where = _dotted(path)
         fail(code, f"{where}: {message}" if where else message, self.location(path))
 
 
@@ -53,6 +58,63 @@ class Source:
     file: str
     kind: Literal["json", "jsonl"]
     records: list[Record]
+
+    def check(self) -> None:
+        """Refuse a record nested deeper than :data:`MAX_LOG_DEPTH` or holding a lone UTF-16
+        surrogate (a JSON escape can spell one; no session output could hold it), located
+        at the offending value."""
+        for rec in self.records:
+            problem = json_problem(rec.value, MAX_LOG_DEPTH, strings=may_hold_surrogates(rec.text))
+            if problem is None:
+                continue
+            path, kind = problem
+            if kind == "depth":
+                _fail_depth(path, rec.location(path))
+            where = _dotted(path)
+            fail(
+                "import.surrogate",
+                f"{where + ': ' if where else ''}holds a lone UTF-16 surrogate, "
+                "which is not a character",
+                rec.location(path),
+                hint="a \\uD800-\\uDFFF escape must be one half of a pair; "
+                "the text was probably cut in the middle of a character",
+            )
+
+
+def check_size(text: str, file: str) -> None:
+    """Refuse a text of more than :data:`~kilo_rules.session.MAX_BYTES` UTF-8 bytes."""
+    # A character is at least one byte, so most texts are judged without encoding them.
+    if len(text) <= MAX_BYTES // 4 or (
+        len(text) <= MAX_BYTES and len(text.encode("utf-8", "surrogatepass")) <= MAX_BYTES
+    ):
+        return
+    fail_size(file)
+
+
+def fail_size(file: str) -> NoReturn:
+    """Raise the error of a log larger than :data:`~kilo_rules.session.MAX_BYTES`."""
+    raise ImportFormatError(
+        Diagnostic(
+            "import.size",
+            f"the file is larger than the limit of {MAX_BYTES:,} bytes",
+            Location(file, 1, 1),
+            details={"limit": MAX_BYTES},
+        )
+    )
+
+
+def _dotted(path: JsonPath) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def _fail_depth(path: JsonPath, location: Location) -> NoReturn:
+    # A path hundreds of steps long says nothing more than its head; the location is exact.
+    shown = _dotted(path[:8]) + ("…" if len(path) > 8 else "")
+    fail(
+        "import.depth",
+        f"{shown + ': ' if shown else ''}nested deeper than {MAX_LOG_DEPTH} levels",
+        location,
+    )
 
 
 def decode(data: bytes, file: str) -> str:
@@ -96,8 +158,7 @@ def load(text: str, file: str, prefer: Literal["json", "jsonl", "auto"] = "auto"
         if prefer == "json" or not lines_ok:
             _raise_decode(
                 doc_error,
-                file,
-                0,
+                JsonText(file, text),
                 hint="this looks like JSON Lines, and the chosen format is one JSON document"
                 if lines_ok
                 else None,
@@ -109,7 +170,7 @@ def load(text: str, file: str, prefer: Literal["json", "jsonl", "auto"] = "auto"
         try:
             value = json.loads(line_text)
         except _DECODE_ERRORS as exc:
-            _raise_decode(exc, file, number - 1)
+            _raise_decode(exc, JsonText(file, line_text, number))
         records.append(Record(file, number, line_text, value))
     return Source(file, "jsonl", records)
 
@@ -125,15 +186,19 @@ def _first_line_is_json(text: str) -> bool:
     return False
 
 
-def _raise_decode(exc: Exception, file: str, line_offset: int, hint: str | None = None) -> NoReturn:
+def _raise_decode(exc: Exception, where: JsonText, hint: str | None = None) -> NoReturn:
     if isinstance(exc, json.JSONDecodeError):
         fail(
             "import.json",
             f"not valid JSON: {exc.msg}",
-            Location(file, exc.lineno + line_offset, exc.colno),
+            Location(where.file, exc.lineno + where.line - 1, exc.colno),
             hint=hint,
         )
-    fail("import.json", "not valid JSON: nested too deeply", Location(file, line_offset + 1, 1))
+    # Too deep for the decoder: far deeper than any log may nest.
+    deep = where.too_deep(MAX_LOG_DEPTH)
+    if deep is not None:
+        _fail_depth(*deep)
+    fail("import.json", "not valid JSON: nested too deeply", where.locate())
 
 
 def _kind(value: Any) -> str:

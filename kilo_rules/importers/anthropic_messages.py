@@ -134,7 +134,15 @@ def add_assistant_blocks(
         elif kind == "tool_use":
             call_id = need_str(rec, (*path, j, "id"), block.get("id"))
             name = need_str(rec, (*path, j, "name"), block.get("name"))
-            b.tool_call(msg, call_id, name, block.get("input"), start=start, metadata=extra)
+            b.tool_call(
+                msg,
+                call_id,
+                name,
+                block.get("input"),
+                start=start,
+                metadata=extra,
+                at=(rec, (*path, j, "id")),
+            )
         else:
             msg.setdefault("metadata", {}).setdefault("blocks", []).append(block)
 

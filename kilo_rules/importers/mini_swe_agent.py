@@ -142,7 +142,7 @@ def _v1(
                 if thought:
                     b.text(msg, thought)
                 msg.setdefault("metadata", {})["raw_content"] = text
-                waiting = f"call_{key(i)}"
+                waiting = b.new_call_id(key(i))
                 b.tool_call(msg, waiting, "bash", {"command": actions[0].group(1)})
             else:
                 b.text(msg, text, metadata={"actions_found": len(actions)})

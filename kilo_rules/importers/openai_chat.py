@@ -165,18 +165,36 @@ class ChatImporter:
             tc = need_dict(self.rec, (*path, "tool_calls", j), raw)
             fn = need_dict(self.rec, (*path, "tool_calls", j, "function"), tc.get("function"))
             call_id = need_str(self.rec, (*path, "tool_calls", j, "id"), tc.get("id"))
-            self._call(msg, call_id, fn, (*path, "tool_calls", j, "function"))
+            self._call(
+                msg,
+                call_id,
+                fn,
+                (*path, "tool_calls", j, "function"),
+                at=(self.rec, (*path, "tool_calls", j, "id")),
+            )
         if isinstance(m.get("function_call"), dict):
-            self._legacy_call = f"call_{key(i)}"
+            self._legacy_call = self.b.new_call_id(key(i))
             self._call(msg, self._legacy_call, m["function_call"], (*path, "function_call"))
         raw_finish = self.assistant_extra(msg, m)
         self.b.finish(msg, raw_finish or m.get("finish_reason"))
 
-    def _call(self, msg: dict[str, Any], call_id: str, fn: dict[str, Any], path: JsonPath) -> None:
+    def _call(
+        self,
+        msg: dict[str, Any],
+        call_id: str,
+        fn: dict[str, Any],
+        path: JsonPath,
+        at: tuple[Record, JsonPath] | None = None,
+    ) -> None:
         name = need_str(self.rec, (*path, "name"), fn.get("name"))
         args, ok = parse_arguments(fn.get("arguments"))
         self.b.tool_call(
-            msg, call_id, name, args, metadata=None if ok else {"arguments_not_json": True}
+            msg,
+            call_id,
+            name,
+            args,
+            metadata=None if ok else {"arguments_not_json": True},
+            at=at,
         )
 
     # -- hooks ------------------------------------------------------------------------------

@@ -190,6 +190,7 @@ class _Importer:
             args,
             start=ts,
             metadata={"event": e.get("id"), "action": e.get("action")},
+            at=(self.rec, (*path, "tool_call_metadata", "tool_call_id")),
         )
 
 

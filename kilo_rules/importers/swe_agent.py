@@ -69,7 +69,7 @@ def convert(src: Source, run: int) -> Session:
                     b.text(msg, thought.strip())
                 msg["metadata"] = {"raw_content": content}
                 step = steps[actions] if actions < len(steps) else {}
-                waiting = f"call_{key(i)}"
+                waiting = b.new_call_id(key(i))
                 b.tool_call(
                     msg,
                     waiting,
