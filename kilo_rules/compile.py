@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from . import sandbox
 from .catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS, ModelInfo, bundled_catalog
-from .checks import resolve_file
-from .errors import Diagnostic, Location, PolicyError
+from .checks import read_file, referenced_files, semantic_diagnostics
+from .errors import Diagnostic, KiloRulesError, Location, PolicyError
 from .expr import CompiledExpr, model_values, order_definitions
 from .load import JsonPath, lookup
 from .lru import LRUCache
@@ -30,6 +31,7 @@ from .plan import ChunkModel, LayerPlan, Plan, PromptChoice, Value
 from .policy import PolicyBody
 from .policy_exprs import PolicyExpressions, compile_policy_expressions, value_leaves
 from .resolve import ResolvedPolicy, resolve_policy
+from .settings import CONFIG_FIELDS, check_config
 from .source import nearest
 
 #: The order in which ``apply_plan`` runs its stages (DESIGN.md §2).
@@ -45,13 +47,8 @@ RUNTIME_STAGES = (
     "render",
 )
 
-CONFIG_NAMES = (
-    "config.output_token_max",
-    "config.compaction.auto",
-    "config.compaction.reserved",
-    "config.compaction.threshold_percent",
-    "config.compaction.prune",
-)
+#: The ``config.*`` names a policy may read, typed once in :mod:`kilo_rules.settings`.
+CONFIG_NAMES = tuple(CONFIG_FIELDS)
 
 
 @dataclass
@@ -108,6 +105,15 @@ class _Build:
                 )
             )
         return compiled(self.context)
+
+
+def _stage_checks(b: _Build) -> None:
+    """Every check ``kilo-rules check`` runs on a policy — the semantic checks (files named,
+    layers, providers, contradictions, ...) and the expressions — run once per policy
+    revision and read roots; any error stops the compile with all of them."""
+    errors = _checked(b.policy)
+    if errors:
+        raise PolicyError(errors)
 
 
 def _stage_expressions(b: _Build) -> None:
@@ -195,19 +201,11 @@ def _stage_settings(b: _Build) -> None:
 
 
 def _read_prompt(b: _Build, path: JsonPath, what: str) -> tuple[str, str]:
-    ref = b.get(path)
-    target = resolve_file(b.policy, b.source(path), ref)
-    b.files.append(target)
-    try:
-        return str(target), target.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise PolicyError(
-            Diagnostic(
-                "policy.missing-file",
-                f"cannot read {what} {ref!r}: {exc.strerror}",
-                b.locate(path),
-            )
-        ) from None
+    """(file, text) of the prompt file named at ``path``, read through the sandbox."""
+    source = b.source(path)
+    target, text = read_file(b.policy, source, b.get(path), what)
+    b.files.append(b.policy.file_ref(source, b.get(path)).path)
+    return str(target), text.strip()
 
 
 def _stage_prompt(b: _Build) -> None:
@@ -337,6 +335,7 @@ def _stage_runtime(b: _Build) -> None:
 
 
 STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
+    ("checks", _stage_checks),
     ("expressions", _stage_expressions),
     ("overrides", _stage_overrides),
     ("values", _stage_values),
@@ -363,12 +362,16 @@ CACHE_SIZE = 64
 _Stamp = tuple[tuple[str, int, int], ...]
 T = TypeVar("T")
 
-# (policy revision, model, config) -> (stamp of the prompt files it read, plan)
-_PLANS: LRUCache[tuple[str, str, str], tuple[_Stamp, Plan]] = LRUCache(CACHE_SIZE)
+_Roots = tuple[Path, ...]
+
+# (policy revision, read roots, model, config) -> (stamp of the files it read, plan)
+_PLANS: LRUCache[tuple[str, _Roots, str, str], tuple[_Stamp, Plan]] = LRUCache(CACHE_SIZE)
 # policy revision -> its compiled expressions (they depend on nothing else)
 _EXPRESSIONS: LRUCache[str, PolicyExpressions] = LRUCache(CACHE_SIZE)
-# (reference, working directory) -> (stamp of the policy files, resolved policy)
-_RESOLVED: LRUCache[tuple[str, str], tuple[_Stamp, ResolvedPolicy]] = LRUCache(CACHE_SIZE)
+# (policy revision, read roots) -> (stamp of the files it names, its error diagnostics)
+_CHECKED: LRUCache[tuple[str, _Roots], tuple[_Stamp, list[Diagnostic]]] = LRUCache(CACHE_SIZE)
+# (reference, working directory, read roots) -> (stamp of the policy files, resolved policy)
+_RESOLVED: LRUCache[tuple[str, str, _Roots], tuple[_Stamp, ResolvedPolicy]] = LRUCache(CACHE_SIZE)
 
 
 def _stamp(files: Iterable[str | Path]) -> _Stamp:
@@ -395,15 +398,39 @@ def clear_cache() -> None:
     """Forget every compiled plan and resolved policy (benchmarks measure cold compiles)."""
     _PLANS.clear()
     _EXPRESSIONS.clear()
+    _CHECKED.clear()
     _RESOLVED.clear()
+
+
+def _named_files(policy: ResolvedPolicy) -> list[Path]:
+    """The files a policy names, as written: a check's verdict holds while they keep their
+    modification time and size (a missing one that appears changes its stamp)."""
+    return [policy.file_ref(path, value).path for path, value in referenced_files(policy)]
+
+
+def _checked(policy: ResolvedPolicy) -> list[Diagnostic]:
+    """The error diagnostics ``kilo-rules check`` reports for ``policy`` (warnings do not
+    stop a compile), computed once per revision and read roots while the files it names
+    are unchanged."""
+    key = (_revision(policy), policy.read_roots)
+    errors = _fresh(_CHECKED.get(key))
+    if errors is None:
+        diags = semantic_diagnostics(policy)
+        try:
+            _EXPRESSIONS.get_or(key[0], lambda: compile_policy_expressions(policy))
+        except KiloRulesError as exc:
+            diags.extend(exc.diagnostics)
+        errors = [d for d in diags if d.severity == "error"]
+        _CHECKED.put(key, (_stamp(_named_files(policy)), errors))
+    return errors
 
 
 def _resolve(ref: str | Path) -> ResolvedPolicy:
     """``resolve_policy(ref)``, reused while none of the chain's files changed."""
-    key = (str(ref), str(Path.cwd()))
+    key = (str(ref), str(Path.cwd()), sandbox.operator_roots())
     resolved = _fresh(_RESOLVED.get(key))
     if resolved is None:
-        resolved = resolve_policy(ref)
+        resolved = resolve_policy(ref, read_roots=key[2])
         files = [d.file for d in resolved.chain if not d.file.startswith("<")]
         _RESOLVED.put(key, (_stamp(files), resolved))
     return resolved
@@ -419,7 +446,11 @@ def compile_policy(
     """Compile ``policy`` for ``model`` into a :class:`Plan` (cached per revision).
 
     ``policy`` is a resolved policy, a bundled name or a path; ``model`` a descriptor or a
-    catalog id. ``config`` supplies ``config.*`` names (e.g. ``config.output_token_max``).
+    catalog id. ``config`` supplies ``config.*`` names (e.g. ``config.output_token_max``),
+    each checked against its type and range. The policy passes every check ``kilo-rules
+    check`` runs first: a policy that check rejects raises :class:`PolicyError` here too.
+    Files the policy names are read only inside its own tree, the bundled policies and
+    the roots it was resolved with (:func:`kilo_rules.sandbox.allow_read`).
     """
     names = [n for n, _ in STAGES]
     if until is not None and until not in names:
@@ -429,6 +460,7 @@ def compile_policy(
     cfg = {k if k.startswith("config.") else f"config.{k}": v for k, v in (config or {}).items()}
     key = (
         _revision(resolved),
+        resolved.read_roots,
         info.model_dump_json(),
         json.dumps(cfg, sort_keys=True, default=str),
     )
@@ -436,6 +468,7 @@ def compile_policy(
         cached = _fresh(_PLANS.get(key))
         if cached is not None:
             return cached
+    cfg = check_config(cfg)
     build = _Build(resolved, info, cfg)
     for name, stage in STAGES:
         stage(build)
@@ -462,5 +495,6 @@ def compile_policy(
         chunk_model=build.chunk_model,
     )
     if until is None:
-        _PLANS.put(key, (_stamp(build.files), plan))
+        files = dict.fromkeys([*_named_files(resolved), *build.files])
+        _PLANS.put(key, (_stamp(files), plan))
     return plan

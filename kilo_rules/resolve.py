@@ -9,11 +9,12 @@ document keeps, for every path, the file and position it came from.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import sandbox
 from .errors import Diagnostic, Location, PolicyError
 from .load import DEFAULT_LIMITS, Limits, load_yaml_file, resource_root
 from .source import Document, JsonPath, nearest
@@ -28,6 +29,11 @@ def bundled_policy_names() -> list[str]:
         if n.endswith(".yaml") and n != "models.yaml":
             names.append(n[: -len(".yaml")])
     return sorted(names)
+
+
+def bundled_root() -> Path:
+    """The bundled ``policies/`` directory as a path: every policy may read under it."""
+    return Path(str(resource_root()))
 
 
 def bundled_policy_path(name: str) -> Path:
@@ -47,6 +53,9 @@ class ResolvedPolicy:
     data: dict[str, Any]
     chain: list[Document]
     origin: dict[JsonPath, tuple[Document, JsonPath]] = field(default_factory=dict)
+    #: Directories the operator allowed reads under when the policy was resolved; the files
+    #: it names are checked against these (plus its own tree and the bundled policies).
+    read_roots: tuple[Path, ...] = ()
 
     @property
     def file(self) -> str:
@@ -73,6 +82,15 @@ class ResolvedPolicy:
         """Directory of the file that set ``path`` (relative file references start there)."""
         file = self.locate(path).file
         return Path(file).parent if not file.startswith("<") else Path.cwd()
+
+    def file_ref(self, path: JsonPath, value: str) -> sandbox.FileRef:
+        """The file named by ``value`` at ``path``, located at that value."""
+        return sandbox.FileRef(value, self.locate(path), self.declared_in(path))
+
+    def file_roots(self, path: JsonPath) -> tuple[Path, ...]:
+        """Where the file named at ``path`` may lie: the tree of the file that names it,
+        the bundled policies, and the operator's roots."""
+        return (self.declared_in(path), bundled_root(), *self.read_roots)
 
     def sources(self) -> dict[str, str]:
         """File → text of every file in the chain (for rendering carets)."""
@@ -151,6 +169,12 @@ def _drop(path: JsonPath, origin: dict[JsonPath, tuple[Document, JsonPath]]) -> 
         del origin[p]
 
 
+def _extends_not_found(ref: str, path: Path, at: Location) -> Diagnostic:
+    return Diagnostic(
+        "policy.extends-not-found", f"extended policy {ref!r} not found (looked at {path})", at
+    )
+
+
 def _documents(
     ref: str | Path,
     *,
@@ -158,10 +182,13 @@ def _documents(
     relative_to: Path | None,
     seen: list[Path],
     at: Location | None,
+    read_roots: tuple[Path, ...],
 ) -> Iterator[Document]:
-    """The extends chain of ``ref``, base first."""
+    """The extends chain of ``ref``, base first. A base named by ``extends:`` (``at``) is
+    read only inside the allowed roots, as every file a policy names."""
     ref_s = str(ref)
-    if isinstance(ref, Path) or _is_path(ref_s):
+    named_file = isinstance(ref, Path) or _is_path(ref_s)
+    if named_file:
         path = Path(ref_s).expanduser()
         if not path.is_absolute() and relative_to is not None:
             path = relative_to / path
@@ -192,14 +219,18 @@ def _documents(
                 hint="a policy may not extend itself, directly or through others",
             )
         )
-    if at is not None and not path.exists():
-        raise PolicyError(
-            Diagnostic(
-                "policy.extends-not-found",
-                f"extended policy {ref_s!r} not found (looked at {path})",
-                at,
-            )
-        )
+    if at is not None and named_file:
+        named = sandbox.FileRef(ref_s, at, relative_to or Path.cwd())
+        roots = (named.base, bundled_root(), *read_roots)
+        _, outside = sandbox.confine(named, roots)
+        if outside is not None:
+            raise PolicyError(outside)
+        if not path.exists():
+            raise PolicyError(_extends_not_found(ref_s, path, at))
+        # A FIFO or device is refused before load_yaml_file could open (and block on) it.
+        sandbox.check_file(named, roots, max_bytes=limits.max_bytes, what="extended policy")
+    elif at is not None and not path.exists():
+        raise PolicyError(_extends_not_found(ref_s, path, at))
     doc = load_yaml_file(path, limits)
     if not isinstance(doc.data, dict):
         raise PolicyError(
@@ -219,6 +250,7 @@ def _documents(
                 relative_to=path.parent,
                 seen=[*seen, resolved],
                 at=doc.locate(("extends",)),
+                read_roots=read_roots,
             )
         except PolicyError as exc:
             raise PolicyError([*errors, *exc.diagnostics]) from None
@@ -227,11 +259,25 @@ def _documents(
     yield doc
 
 
-def resolve_policy(ref: str | Path, *, limits: Limits = DEFAULT_LIMITS) -> ResolvedPolicy:
+def resolve_policy(
+    ref: str | Path,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    read_roots: Iterable[str | Path] | None = None,
+) -> ResolvedPolicy:
     """Load a policy by bundled name or path, validate every file of its chain, merge.
 
+    ``read_roots`` are directories the policy may read files under besides its own tree
+    and the bundled policies (default: those of :func:`kilo_rules.sandbox.allow_read`).
     Raises :class:`PolicyError` with every located problem found."""
-    docs = list(_documents(ref, limits=limits, relative_to=Path.cwd(), seen=[], at=None))
+    roots = (
+        sandbox.operator_roots()
+        if read_roots is None
+        else tuple(Path(r).expanduser().resolve() for r in read_roots)
+    )
+    docs = list(
+        _documents(ref, limits=limits, relative_to=Path.cwd(), seen=[], at=None, read_roots=roots)
+    )
     data: dict[str, Any] = {}
     origin: dict[JsonPath, tuple[Document, JsonPath]] = {}
     overrides: list[Any] = []
@@ -245,4 +291,6 @@ def resolve_policy(ref: str | Path, *, limits: Limits = DEFAULT_LIMITS) -> Resol
     if overrides:
         data["overrides"] = overrides
     data.pop("extends", None)
-    return ResolvedPolicy(name=str(data.get("name", "?")), data=data, chain=docs, origin=origin)
+    return ResolvedPolicy(
+        name=str(data.get("name", "?")), data=data, chain=docs, origin=origin, read_roots=roots
+    )

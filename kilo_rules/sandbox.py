@@ -83,7 +83,8 @@ class FileRef:
 
 
 def _lexical(p: Path) -> Path:
-    return Path(os.path.normpath(os.path.abspath(p)))
+    # Not Path.resolve(): that follows symlinks, and here the path as written is wanted.
+    return Path(os.path.normpath(os.path.abspath(p)))  # noqa: PTH100
 
 
 def _inside(path: Path, roots: Iterable[Path]) -> bool:

@@ -21,7 +21,9 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
+from ..sandbox import allow_read
 from . import build, check, demo, import_, models, plan, schema, simulate
+from ._options import read_roots
 from ._runner import (
     EPILOG,
     EXIT_CODES,
@@ -80,4 +82,11 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return guarded(lambda: int(args.handler(args)), f"kilo-rules {args.command}")
+    return guarded(lambda: _handle(args), f"kilo-rules {args.command}")
+
+
+def _handle(args: argparse.Namespace) -> int:
+    # Every command reads policies under the same roots, set once here rather than passed
+    # to each check and compile call.
+    with allow_read(read_roots(args)):
+        return int(args.handler(args))

@@ -7,7 +7,6 @@ policy reference, ``config.*`` values, a :class:`StepInput`."""
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -15,7 +14,7 @@ from typing import Any, TypeAlias
 from ..catalog import ModelInfo, bundled_catalog, model_from_data
 from ..load import load_yaml_file
 from ..runtime.context import Agent, StepInput, Workspace
-from ..settings import Settings
+from ..settings import Settings, parse_config
 from ._runner import EPILOG
 
 #: The subcommands of the ``kilo-rules`` parser, which each command module adds itself to.
@@ -145,18 +144,34 @@ def policies(refs: Sequence[str]) -> list[str]:
 
 
 def config(pairs: Sequence[str]) -> dict[str, Any]:
-    """``config.*`` values: the environment (``KILO_RULES_*``), then ``--config`` pairs."""
-    out: dict[str, Any] = Settings().config()
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--config expects key=value, got {pair!r}")
-        name = key if key.startswith("config.") else f"config.{key}"
-        try:
-            out[name] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[name] = raw
-    return out
+    """``config.*`` values: the environment (``KILO_RULES_*``), then ``--config`` pairs,
+    each checked against its setting's type and range (a bad one exits 2)."""
+    return {**Settings().config(), **parse_config(pairs)}
+
+
+def add_allow_read(parser: argparse.ArgumentParser) -> None:
+    """``--allow-read DIR``, repeatable: one more directory policies may read files under."""
+    parser.add_argument(
+        "--allow-read",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="let policies read files under DIR too (repeatable; adds to KILO_RULES_READ_ROOTS; "
+        "by default a policy reads only under its own directory and the bundled policies)",
+    )
+
+
+def read_roots(args: argparse.Namespace) -> list[Path]:
+    """The directories ``KILO_RULES_READ_ROOTS`` and ``--allow-read`` add (each must be an
+    existing directory: a typo would otherwise widen nothing, silently)."""
+    named = [*Settings().read_roots, *getattr(args, "allow_read", [])]
+    roots = []
+    for raw in named:
+        path = Path(raw).expanduser()
+        if not path.is_dir():
+            raise ValueError(f"--allow-read / KILO_RULES_READ_ROOTS: {raw!r} is not a directory")
+        roots.append(path)
+    return roots
 
 
 def step(args: argparse.Namespace) -> StepInput:

@@ -24,15 +24,17 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 EPILOG = "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES)
 
 # Diagnostics about what was asked rather than about what a file holds: they exit like a
-# bad option. Every ``io.*`` code (a file that cannot be read or written) is one too.
+# bad option. Every ``io.*`` code (a file that cannot be read or written) and every
+# ``config.*`` one (a bad --config or KILO_RULES_* value) is one too.
 _USAGE_CODES = frozenset({"import.run", "import.session-v1", "import.unknown-format"})
+_USAGE_PREFIXES = ("io.", "config.")
 
 
 def exit_code(diagnostics: Iterable[Diagnostic]) -> int:
     """``EXIT_USAGE`` when every diagnostic is about the request (an unreadable file, a run
     out of range, an unknown format), else ``EXIT_DIAGNOSTICS``."""
     codes = [d.code for d in diagnostics]
-    usage = all(c.startswith("io.") or c in _USAGE_CODES for c in codes)
+    usage = all(c.startswith(_USAGE_PREFIXES) or c in _USAGE_CODES for c in codes)
     return EXIT_USAGE if codes and usage else EXIT_DIAGNOSTICS
 
 

@@ -33,6 +33,7 @@ def register(sub: opt.Subcommands) -> None:
     opt.add_model(p)
     opt.add_session(p)
     opt.add_config(p)
+    opt.add_allow_read(p)
     p.add_argument("--explain", action="store_true", help="show the decisions instead")
     opt.add_format(
         p,

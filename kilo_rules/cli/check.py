@@ -9,7 +9,7 @@ from typing import TextIO
 
 from ..check import check_paths
 from ..errors import Diagnostic, Location, render_github, render_json, render_text
-from ._options import Subcommands, add_command, add_format
+from ._options import Subcommands, add_allow_read, add_command, add_format
 from ._runner import relative
 
 
@@ -24,6 +24,7 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs")
     add_format(p, "github", what="; github: workflow annotations")
+    add_allow_read(p)
     p.set_defaults(handler=run)
 
 

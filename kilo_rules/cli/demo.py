@@ -33,6 +33,7 @@ def register(sub: opt.Subcommands) -> None:
     opt.add_model(p, default="anthropic/claude-sonnet-4-5")
     opt.add_session(p, required=False)
     opt.add_full(p)
+    opt.add_allow_read(p)
     opt.add_step(p)
     p.set_defaults(handler=run)
 

@@ -31,6 +31,7 @@ def register(sub: opt.Subcommands) -> None:
     opt.add_policy(p)
     opt.add_model(p)
     opt.add_config(p)
+    opt.add_allow_read(p)
     opt.add_format(p, what="; json: the plan as data, every value whole")
     opt.add_full(p)
     p.set_defaults(handler=run)

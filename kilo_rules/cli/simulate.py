@@ -49,6 +49,7 @@ def register(sub: opt.Subcommands) -> None:
     opt.add_session(p)
     opt.add_policy(p, many=True)
     opt.add_config(p)
+    opt.add_allow_read(p)
     opt.add_format(p, what="; json: every report, step by step")
     p.add_argument(
         "--seconds-per-step",
