@@ -11,6 +11,9 @@ locations are 1-based.
 from __future__ import annotations
 
 import importlib.resources
+import math
+import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +44,22 @@ class Limits:
     max_bytes: int = 1_000_000
     max_aliases: int = 100
     max_nodes: int = 20_000
+    """Values (scalars, lists, mappings; keys not counted) one document may hold, counted
+    while composing, and again after alias expansion."""
     max_depth: int = 64
+    max_number: int = 2**53
+    """Largest magnitude of a number: every integer up to it is exact in a JSON double."""
 
 
 DEFAULT_LIMITS = Limits()
+
+#: Characters a policy may not contain, raw or escaped: C0 and C1 controls except tab and
+#: line breaks, DEL, lone surrogates and the non-characters U+FFFE and U+FFFF. Raw, PyYAML
+#: refuses most of them with an unlocated reader error; escaped ("\x1b"), they would reach
+#: prompts and request bodies.
+_FORBIDDEN_CHARACTER = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]"
+)
 
 _STANDARD_TAGS = {
     "tag:yaml.org,2002:str",
@@ -70,9 +85,19 @@ class _Loader(Reader, Scanner, yaml.parser.Parser, Composer, SafeConstructor, Re
         Resolver.__init__(self)
         self.limits = limits
         self.alias_count = 0
+        self.node_count = 0
         self.depth = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        # A mapping key is composed with index None; keys are not counted as values.
+        is_key = isinstance(parent, MappingNode) and index is None
+        if not is_key and not self.check_event(yaml.events.AliasEvent):
+            # Counted before the node exists, so a flat list of a million small items
+            # stops here after max_nodes of them instead of after composing them all.
+            self.node_count += 1
+            if self.node_count > self.limits.max_nodes:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _LimitHitError("yaml.nodes", "", event.start_mark, None)
         if self.check_event(yaml.events.AliasEvent):
             self.alias_count += 1
             if self.alias_count > self.limits.max_aliases:
@@ -111,6 +136,69 @@ def _mark_loc(file: str, mark: Any) -> Location:
     return Location(file, mark.line + 1, mark.column + 1)
 
 
+def _too_many_values(file: str, mark: Any, limits: Limits) -> Diagnostic:
+    return Diagnostic(
+        "yaml.nodes",
+        f"document holds more than {limits.max_nodes:,} values",
+        _mark_loc(file, mark),
+        details={"limit": limits.max_nodes},
+        hint="a policy is a few hundred settings; move long lists or texts into files",
+    )
+
+
+def _first_value_over_limit(text: str, limits: Limits) -> Any:
+    """The mark of the value past ``max_nodes``, found by libyaml's parser (when PyYAML has
+    it) before the pure-Python one composes anything: counting tens of thousands of values
+    in C takes milliseconds, composing them in Python takes seconds. Counted as the composer
+    counts (values, not keys; an alias is not a new value). None when within the limit, and
+    when the text does not parse, so that the Python parser reports the syntax error."""
+    if not getattr(yaml, "__with_libyaml__", False):
+        return None
+    from yaml import events
+
+    # One entry per open collection: for a mapping, whether its next node is a key.
+    expecting_key: list[bool | None] = []
+    count = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+            if isinstance(event, events.NodeEvent):
+                top = expecting_key[-1] if expecting_key else None
+                if top is not None:
+                    expecting_key[-1] = not top
+                if not top and not isinstance(event, events.AliasEvent):
+                    count += 1
+                    if count > limits.max_nodes:
+                        return event.start_mark
+                if isinstance(event, events.MappingStartEvent):
+                    expecting_key.append(True)
+                elif isinstance(event, events.SequenceStartEvent):
+                    expecting_key.append(None)
+            elif isinstance(event, events.CollectionEndEvent):
+                expecting_key.pop()
+    except yaml.YAMLError:
+        return None
+    return None
+
+
+def _offset_loc(file: str, text: str, offset: int) -> Location:
+    line_start = text.rfind("\n", 0, offset) + 1
+    return Location(file, text.count("\n", 0, offset) + 1, offset - line_start + 1)
+
+
+def _character_diagnostic(ch: str, where: Location) -> Diagnostic:
+    name = unicodedata.name(ch, "") or _CONTROL_NAMES.get(ord(ch), "control character")
+    return Diagnostic(
+        "yaml.character",
+        f"character U+{ord(ch):04X} ({name}) is not allowed in a policy",
+        where,
+        details={"codepoint": ord(ch)},
+        hint="policies are plain text: remove the character (tabs and line breaks are fine)",
+    )
+
+
+_CONTROL_NAMES = {0x00: "NUL", 0x1B: "ESC", 0x7F: "DEL"}
+
+
 def parse_yaml(text: str, file: str = "<string>", limits: Limits = DEFAULT_LIMITS) -> Document:
     """Parse one YAML document into a :class:`Document`; every failure is a located
     :class:`PolicyError` (syntax, duplicate key, custom tag, limits)."""
@@ -125,10 +213,19 @@ def parse_yaml(text: str, file: str = "<string>", limits: Limits = DEFAULT_LIMIT
                 hint="split the policy with extends:, or move long prompt texts into files",
             )
         )
-    loader = _Loader(text, limits)
+    bad = _FORBIDDEN_CHARACTER.search(text)
+    if bad:
+        raise PolicyError(_character_diagnostic(bad.group(), _offset_loc(file, text, bad.start())))
+    over = _first_value_over_limit(text, limits)
+    if over is not None:
+        raise PolicyError(_too_many_values(file, over, limits))
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text, limits)
         root = loader.get_single_node()
     except _LimitHitError as hit:
+        if hit.code == "yaml.nodes":
+            raise PolicyError(_too_many_values(file, hit.mark, limits)) from None
         raise PolicyError(
             Diagnostic(hit.code, hit.message, _mark_loc(file, hit.mark), hint=hit.hint)
         ) from None
@@ -138,12 +235,17 @@ def parse_yaml(text: str, file: str = "<string>", limits: Limits = DEFAULT_LIMIT
         raise PolicyError(
             Diagnostic("yaml.syntax", f"YAML syntax error: {problem}", _mark_loc(file, mark))
         ) from None
+    except yaml.reader.ReaderError as exc:  # a character the scan above let through
+        raise PolicyError(
+            _character_diagnostic(chr(exc.character), _offset_loc(file, text, exc.position))
+        ) from None
     except yaml.YAMLError as exc:
         raise PolicyError(
             Diagnostic("yaml.syntax", f"YAML error: {exc}", Location(file, 1, 1))
         ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     doc = Document(file=file, text=text, data=None)
     if root is None:
         doc.data = None
@@ -170,6 +272,11 @@ class _Builder:
     def scalar(self, node: ScalarNode, path: JsonPath) -> Any:
         tag = node.tag
         if tag == "tag:yaml.org,2002:str":
+            bad = _FORBIDDEN_CHARACTER.search(node.value)
+            if bad:  # written as an escape in a quoted scalar
+                raise PolicyError(
+                    _character_diagnostic(bad.group(), _mark_loc(self.doc.file, node.start_mark))
+                )
             self.doc.scalars[path] = ScalarInfo(
                 node.style, node.start_mark.index, node.end_mark.index
             )
@@ -183,15 +290,38 @@ class _Builder:
             "tag:yaml.org,2002:bool",
             "tag:yaml.org,2002:null",
         ):
-            value = self.constructor.construct_object(node)
-            if isinstance(value, float) and value != value:  # NaN is not JSON
-                raise self.error("yaml.value", "NaN is not allowed", node)
-            return value
+            return self.number(node)
         raise self.error(
             "yaml.tag",
             f"tag {node.tag!r} is not allowed",
             node,
             "policies use plain YAML: strings, numbers, booleans, null, lists and mappings",
+        )
+
+    def number(self, node: ScalarNode) -> Any:
+        """An int, float, bool or null scalar; numbers must be finite and within
+        ``max_number``, so that every later computation stays exact and cannot overflow."""
+        bound = self.limits.max_number
+        shown = node.value if len(node.value) <= 24 else node.value[:21] + "..."
+        hint = "larger values cannot be represented exactly; no setting needs them"
+        try:
+            value = self.constructor.construct_object(node)
+        except (ValueError, OverflowError):  # more digits than int() accepts
+            value = None
+        else:
+            if isinstance(value, float) and value != value:  # NaN is not JSON
+                raise self.error("yaml.value", "NaN is not allowed", node)
+            if isinstance(value, float) and math.isinf(value):
+                raise self.error(
+                    "yaml.value", f"{shown} is not a finite number", node, "write a finite number"
+                )
+            if isinstance(value, bool) or not isinstance(value, int | float) or abs(value) <= bound:
+                return value
+        raise self.error(
+            "yaml.value",
+            f"{shown} is out of range: numbers must be within ±2^53 (±{bound:_})",
+            node,
+            hint,
         )
 
     def build(self, root: Node) -> Any:
@@ -206,7 +336,7 @@ class _Builder:
                 raise self.error(
                     "yaml.expansion",
                     f"document expands to more than {self.limits.max_nodes:,} values "
-                    "(alias expansion?)",
+                    "through its aliases",
                     node,
                     "an alias repeats everything its anchor holds; nested aliases multiply",
                 )
