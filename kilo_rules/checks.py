@@ -90,7 +90,7 @@ def _instruction_paths(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
     for base, body in policy_bodies(policy.data):
         ip = (*base, "system", "instructions")
         for key in ("project_files", "globs", "global_files"):
-            for i, value in enumerate(lookup(body, (*ip[len(base) :], key)) or []):
+            for i, value in enumerate(lookup(body, ("system", "instructions", key)) or []):
                 if isinstance(value, str) and (why := instruction_path_problem(key, value)):
                     yield Diagnostic(
                         "policy.instruction-path",
@@ -119,7 +119,8 @@ def instruction_path_problem(key: str, value: str) -> str | None:
 
 
 def _is_drive(value: str) -> bool:
-    return len(value) > 1 and value[1] == ":" or value.startswith("\\")
+    # Windows spellings of an absolute path: a drive (C:), a UNC share or a rooted path.
+    return (len(value) > 1 and value[1] == ":") or value.startswith("\\")
 
 
 @check("layers")

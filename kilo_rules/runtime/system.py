@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import functools
 import glob
+import os
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checks import MAX_FILE_BYTES, instruction_path_problem
 from ..errors import NetworkError
 from ..net import NetClient, NetworkSettings, UrlCache
 from ..plan import LayerPlan
@@ -51,30 +54,93 @@ def find_up(name: str, start: Path, stop: Path | None) -> Path | None:
         current = current.parent
 
 
-def instruction_files(settings: Instructions, ws: Workspace) -> list[Path]:
-    """Local instruction files, in the order they are sent."""
+def _vet(path: Path, root: Path) -> tuple[Path | None, str | None]:
+    """(the real path of ``path`` if it may be read as an instruction file, else the reason
+    it may not): under ``root`` once symlinks are resolved, regular, within the cap."""
+    real = path.resolve()
+    if not real.is_relative_to(root.resolve()):
+        return None, f"{path}: resolves to {real}, outside {root}; not read"
+    try:
+        st = real.stat()
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror or exc}"
+    if not stat.S_ISREG(st.st_mode):
+        return None, f"{path}: not a regular file; not read"
+    if st.st_size > MAX_FILE_BYTES:
+        return None, f"{path}: {st.st_size:,} bytes, over the {MAX_FILE_BYTES:,}-byte cap; not read"
+    return real, None
+
+
+def discover_instruction_files(
+    settings: Instructions, ws: Workspace
+) -> tuple[list[Path], list[str]]:
+    """(local instruction files in the order they are sent, why other candidates were left
+    out). Kilo's discovery, confined: the first global file that exists, under the user's
+    home; the nearest file of the first project name found walking up from the working
+    directory, inside the directory it was found in; glob matches inside the workspace.
+    Names that are not relative (``/etc/x``, ``../x``) are never looked up: ``check``
+    refuses them in a policy, and here they are skipped with a reason."""
     found: list[Path] = []
+    skipped: list[str] = []
+    home = Path(ws.home) if ws.home else Path.home()
     for g in settings.global_files:
+        if why := instruction_path_problem("global_files", g):
+            skipped.append(f"global file {g!r} {why}")
+            continue
         p = _expand(g, ws)
-        if p.is_file():
-            found.append(p)
-            break
+        if p.exists():
+            real, why = _vet(p, home)
+            if real is not None:
+                found.append(real)
+                break
+            skipped.append(str(why))
     cwd = Path(ws.cwd)
     root = Path(ws.root) if ws.root else None
     for name in settings.project_files:
+        if why := instruction_path_problem("project_files", name):
+            skipped.append(f"project file {name!r} {why}")
+            continue
         hit = find_up(name, cwd, root)
         if hit is not None:
-            found.append(hit)
-            break
+            real, why = _vet(hit, hit.parent)
+            if real is not None:
+                found.append(real)
+                break
+            skipped.append(str(why))
+    workspace = root or cwd
     for pattern in settings.globs:
-        base = pattern if Path(pattern).is_absolute() else str(cwd / pattern)
-        pattern_path = str(_expand(base, ws))
-        # glob.glob, not Path.glob: configured patterns may be absolute.
-        found.extend(Path(m) for m in sorted(glob.glob(pattern_path, recursive=True)))  # noqa: PTH207
-    unique: dict[Path, None] = {}
-    for p in found:
-        unique.setdefault(p.resolve(), None)
-    return list(unique)
+        if why := instruction_path_problem("globs", pattern):
+            skipped.append(f"glob {pattern!r} {why}")
+            continue
+        # glob.glob, not Path.glob: it takes "**" with recursive=True as Kilo's globs do.
+        matches = sorted(glob.glob(str(cwd / pattern), recursive=True))  # noqa: PTH207
+        for m in matches:
+            real, why = _vet(Path(m), workspace)
+            if real is not None:
+                found.append(real)
+            elif not Path(m).is_dir():
+                skipped.append(str(why))
+    return list(dict.fromkeys(found)), skipped
+
+
+def instruction_files(settings: Instructions, ws: Workspace) -> list[Path]:
+    """Local instruction files, in the order they are sent (see
+    :func:`discover_instruction_files`; the candidates it leaves out are not read)."""
+    return discover_instruction_files(settings, ws)[0]
+
+
+def read_instruction_file(path: Path) -> str:
+    """The text of a discovered instruction file, re-checked as it is opened (a FIFO or a
+    device put in its place is refused, not waited on) and read to at most the cap.
+    Raises :class:`OSError` (or :class:`UnicodeDecodeError`) with the reason."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    with os.fdopen(os.open(path, flags), "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(f"{path}: not a regular file; not read")
+        data = fh.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(f"{path}: over the {MAX_FILE_BYTES:,}-byte cap; not read")
+    return data.decode("utf-8")
 
 
 #: Instruction texts by (fetcher, URL, deadline, cap), kept ``url_ttl_seconds``; a failure
@@ -103,7 +169,7 @@ def instructions_text(
         files = instruction_files(settings, step.workspace)
     for path in files:
         try:
-            parts.append(f"Instructions from: {path}\n{path.read_text(encoding='utf-8')}")
+            parts.append(f"Instructions from: {path}\n{read_instruction_file(path)}")
             loaded.append(str(path))
         except (OSError, UnicodeDecodeError) as exc:
             decisions.append({"rule": "instructions.file", "warning": f"{path}: {exc}"})
@@ -221,7 +287,17 @@ def step_instructions(r: StepRun) -> tuple[Instructions, list[Path]]:
     hit: tuple[Instructions, list[Path]] | None = r.cached.get("instructions")
     if hit is None:
         settings = r.plan.settings.system.instructions
-        hit = (settings, instruction_files(settings, r.step.workspace))
+        files, skipped = discover_instruction_files(settings, r.step.workspace)
+        for why in skipped:
+            r.decide(
+                "system",
+                "instructions.file",
+                "system.instructions",
+                {},
+                {"warning": why},
+                "warning",
+            )
+        hit = (settings, files)
         r.cached["instructions"] = hit
     return hit
 
