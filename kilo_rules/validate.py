@@ -108,18 +108,7 @@ def diagnose(error: ValidationError, doc: Document, prefix: JsonPath = ()) -> Di
             if isinstance(error.instance, dict)
             else []
         )
-        key = sorted(extra, key=lambda k: doc.locate_key((*path, k)))[0] if extra else "?"
-        suggestion = did_you_mean(key, allowed)
-        owner = f" in {where}" if path else ""
-        return Diagnostic(
-            "schema.unknown-key",
-            f"unknown key {key!r}{owner}",
-            doc.locate_key((*path, key)),
-            details={**details, "key": key, "allowed": allowed},
-            hint=f"did you mean {suggestion!r}?"
-            if suggestion
-            else f"allowed keys: {', '.join(allowed)}",
-        )
+        return _unknown_keys(doc, path, extra, allowed, details)[0]
     if kind == "required":
         instance = error.instance if isinstance(error.instance, dict) else {}
         required = error.validator_value if isinstance(error.validator_value, list) else []
@@ -180,6 +169,43 @@ def diagnose(error: ValidationError, doc: Document, prefix: JsonPath = ()) -> Di
     return Diagnostic("schema.invalid", f"{where}: {message}", doc.locate(path), details=details)
 
 
+def _unknown_keys(
+    doc: Document, path: JsonPath, extra: list[Any], allowed: list[str], details: dict[str, Any]
+) -> list[Diagnostic]:
+    """One diagnostic per unknown key of the mapping at ``path``, in the order written."""
+    owner = f" in {dotted(path)}" if path else ""
+    out = []
+    for key in sorted(extra, key=lambda k: doc.locate_key((*path, k))) or ["?"]:
+        suggestion = did_you_mean(str(key), allowed)
+        out.append(
+            Diagnostic(
+                "schema.unknown-key",
+                f"unknown key {key!r}{owner}",
+                doc.locate_key((*path, key)),
+                details={**details, "key": key, "allowed": allowed},
+                hint=f"did you mean {suggestion!r}?"
+                if suggestion
+                else f"allowed keys: {', '.join(allowed)}",
+            )
+        )
+    return out
+
+
+def diagnose_all(error: ValidationError, doc: Document, prefix: JsonPath = ()) -> list[Diagnostic]:
+    """Like :func:`diagnose`, but every unknown key of a mapping gets its own diagnostic
+    (jsonschema reports them all in one ``additionalProperties`` error)."""
+    leaf = _leaf(error)
+    if leaf.validator == "additionalProperties" and isinstance(leaf.instance, dict):
+        path: JsonPath = (*prefix, *leaf.absolute_path)
+        schema = leaf.schema if isinstance(leaf.schema, dict) else {}
+        allowed = list((schema.get("properties") or {}).keys())
+        extra = [k for k in leaf.instance if k not in allowed]
+        if extra:
+            details = {"path": list(path), "schema_rule": "additionalProperties"}
+            return _unknown_keys(doc, path, extra, allowed, details)
+    return [diagnose(error, doc, prefix)]
+
+
 def iter_schema_diagnostics(
     doc: Document, schema_name: str, data: Any = None, prefix: JsonPath = ()
 ) -> Iterator[Diagnostic]:
@@ -187,7 +213,7 @@ def iter_schema_diagnostics(
     instance = doc.data if data is None else data
     for error in validator(schema_name).iter_errors(instance):
         for leaf in _expand(error):
-            yield diagnose(leaf, doc, prefix)
+            yield from diagnose_all(leaf, doc, prefix)
 
 
 def _expand(error: ValidationError) -> Iterator[ValidationError]:
