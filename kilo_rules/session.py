@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import Diagnostic, Location, SessionError
-from .source import JsonPath, JsonText, json_problem, may_hold_surrogates, nearest
+from .source import JsonPath, JsonText, json_problem, nearest
 
 MAX_BYTES = 64 * 1024 * 1024
 """The largest session or agent log read from a file, in bytes (long sessions with many
@@ -246,21 +246,10 @@ def session_from_data(data: Any, file: str = "<session>", text: str | None = Non
     def locate(path: JsonPath) -> Location:
         return locator.locate(path) if locator is not None else Location(file, 1, 1)
 
-    problem = json_problem(data, MAX_DEPTH, strings=text is None or may_hold_surrogates(text))
+    problem = json_problem(data, MAX_DEPTH, text)
     if problem is not None:
         path, kind = problem
-        if kind == "depth":
-            raise SessionError(_depth_diagnostic(path, locate(path)))
-        raise SessionError(
-            Diagnostic(
-                "session.surrogate",
-                f"{_dotted(path)}: holds a lone UTF-16 surrogate, which is not a character",
-                locate(path),
-                details={"path": list(path)},
-                hint="a \\uD800-\\uDFFF escape must be one half of a pair; "
-                "the text was probably cut in the middle of a character",
-            )
-        )
+        raise SessionError(problem_diagnostic("session", kind, path, locate(path), MAX_DEPTH))
     try:
         session = Session.model_validate(data)
     except ValidationError as exc:
@@ -337,13 +326,34 @@ def _dotted(path: JsonPath) -> str:
 
 
 def _depth_diagnostic(path: JsonPath, location: Location) -> Diagnostic:
+    return problem_diagnostic("session", "depth", path, location, MAX_DEPTH)
+
+
+_PROBLEMS = {
+    "depth": ("nested deeper than {limit} levels", None),
+    "surrogate": (
+        "holds a lone UTF-16 surrogate, which is not a character",
+        "a \\uD800-\\uDFFF escape must be one half of a pair; "
+        "the text was probably cut in the middle of a character",
+    ),
+    "number": ("NaN and infinities are not JSON numbers", None),
+}
+
+
+def problem_diagnostic(
+    prefix: str, kind: str, path: JsonPath, location: Location, limit: int
+) -> Diagnostic:
+    """The diagnostic ``<prefix>.<kind>`` of a problem :func:`~kilo_rules.source.json_problem`
+    found at ``path`` (``limit`` is the depth it was checked against)."""
+    message, hint = _PROBLEMS[kind]
     # A path hundreds of steps long says nothing more than its head; the location is exact.
     shown = _dotted(path[:8]) + ("…" if len(path) > 8 else "")
     return Diagnostic(
-        "session.depth",
-        f"{shown}: nested deeper than {MAX_DEPTH} levels",
+        f"{prefix}.{kind}",
+        f"{shown + ': ' if path else ''}{message.format(limit=limit)}",
         location,
-        details={"path": list(path), "limit": MAX_DEPTH},
+        details={"path": list(path), **({"limit": limit} if kind == "depth" else {})},
+        hint=hint,
     )
 
 

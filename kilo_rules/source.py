@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -205,23 +206,21 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _BAD_KEY = object()
 
 
-def may_hold_surrogates(text: str) -> bool:
-    """Whether JSON ``text`` may decode to a string holding a lone UTF-16 surrogate; False
-    lets a reader skip looking for one in what it parsed."""
-    return _MAYBE_SURROGATE.search(text) is not None
-
-
 def json_problem(
-    value: Any, max_depth: int, *, strings: bool = True
+    value: Any, max_depth: int, text: str | None = None
 ) -> tuple[JsonPath, str] | None:
     """The first value of parsed JSON, in document order, that no reader should accept,
     and why: ``"depth"`` for an object or array nested more than ``max_depth`` levels deep
     (the outermost value is level 1), ``"surrogate"`` for a string or key that holds a lone
-    UTF-16 surrogate (a JSON escape can spell one; no UTF-8 output can hold it). None when
-    all is well. ``strings=False`` skips the surrogate test (see :func:`may_hold_surrogates`).
+    UTF-16 surrogate (a JSON escape can spell one; no UTF-8 output can hold it), ``"number"``
+    for ``NaN`` or an infinity (``json`` reads them; JSON has no such numbers). None when all
+    is well. ``text``, the JSON the value was parsed from, lets it skip the tests that the
+    text shows cannot fail.
 
     One loop, no recursion: the depth it refuses is what recursive code downstream (pydantic,
     ``json.dumps``, copies) could not handle."""
+    strings = text is None or _MAYBE_SURROGATE.search(text) is not None
+    numbers = text is None or "NaN" in text or "Infinity" in text
     stack: list[tuple[JsonPath, Any]] = [((), value)]
     while stack:
         path, v = stack.pop()
@@ -235,15 +234,23 @@ def json_problem(
             if len(path) >= max_depth:
                 return path, "depth"
             children = list(enumerate(v))
-        else:
-            if strings and isinstance(v, str) and _SURROGATE.search(v):
+        elif isinstance(v, str):
+            if _SURROGATE.search(v):
                 return path, "surrogate"
+            continue
+        else:
+            if isinstance(v, float) and not math.isfinite(v):
+                return path, "number"
             continue
         for step, child in reversed(children):
             if strings and isinstance(step, str) and _SURROGATE.search(step):
                 # Found when its value is reached, so keys and values keep document order.
                 stack.append(((*path, step), _BAD_KEY))
-            elif isinstance(child, dict | list) or (strings and isinstance(child, str)):
+            elif (
+                isinstance(child, dict | list)
+                or (strings and isinstance(child, str))
+                or (numbers and isinstance(child, float))
+            ):
                 stack.append(((*path, step), child))
     return None
 

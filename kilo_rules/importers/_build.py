@@ -10,6 +10,7 @@ that message ids sort in log order, as Session v1 asks. Part ids extend their me
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -296,5 +297,7 @@ def iso_ms(value: Any) -> int | None:
 def epoch_ms(value: Any) -> int | None:
     """Epoch seconds (int or float) → milliseconds."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return round(value * 1000)
+        ms = value * 1000
+        # A float can overflow to infinity here, and round() refuses infinity.
+        return round(ms) if math.isfinite(ms) else None
     return None

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
 from ..errors import Diagnostic, ImportFormatError, Location
-from ..session import MAX_BYTES, MAX_DEPTH
-from ..source import JsonPath, JsonText, json_problem, may_hold_surrogates
+from ..session import MAX_BYTES, MAX_DEPTH, problem_diagnostic
+from ..source import JsonPath, JsonText, json_problem
 
 # json.loads raises on these; a corrupted copy of a log must never escape as a traceback.
 _DECODE_ERRORS = (json.JSONDecodeError, RecursionError)
@@ -60,25 +60,16 @@ class Source:
     records: list[Record]
 
     def check(self) -> None:
-        """Refuse a record nested deeper than :data:`MAX_LOG_DEPTH` or holding a lone UTF-16
-        surrogate (a JSON escape can spell one; no session output could hold it), located
-        at the offending value."""
+        """Refuse a record nested deeper than :data:`MAX_LOG_DEPTH`, or holding a lone UTF-16
+        surrogate or a NaN (see :func:`~kilo_rules.source.json_problem`), located at the
+        offending value."""
         for rec in self.records:
-            problem = json_problem(rec.value, MAX_LOG_DEPTH, strings=may_hold_surrogates(rec.text))
-            if problem is None:
-                continue
-            path, kind = problem
-            if kind == "depth":
-                _fail_depth(path, rec.location(path))
-            where = _dotted(path)
-            fail(
-                "import.surrogate",
-                f"{where + ': ' if where else ''}holds a lone UTF-16 surrogate, "
-                "which is not a character",
-                rec.location(path),
-                hint="a \\uD800-\\uDFFF escape must be one half of a pair; "
-                "the text was probably cut in the middle of a character",
-            )
+            problem = json_problem(rec.value, MAX_LOG_DEPTH, rec.text)
+            if problem is not None:
+                path, kind = problem
+                raise ImportFormatError(
+                    problem_diagnostic("import", kind, path, rec.location(path), MAX_LOG_DEPTH)
+                )
 
 
 def check_size(text: str, file: str) -> None:
@@ -108,13 +99,7 @@ def _dotted(path: JsonPath) -> str:
 
 
 def _fail_depth(path: JsonPath, location: Location) -> NoReturn:
-    # A path hundreds of steps long says nothing more than its head; the location is exact.
-    shown = _dotted(path[:8]) + ("…" if len(path) > 8 else "")
-    fail(
-        "import.depth",
-        f"{shown + ': ' if shown else ''}nested deeper than {MAX_LOG_DEPTH} levels",
-        location,
-    )
+    raise ImportFormatError(problem_diagnostic("import", "depth", path, location, MAX_LOG_DEPTH))
 
 
 def decode(data: bytes, file: str) -> str:
@@ -228,6 +213,31 @@ def need_str(rec: Record, path: JsonPath, value: Any) -> str:
     if not isinstance(value, str):
         rec.fail(path, f"expected a string, found {_kind(value)}")
     return value
+
+
+def parse_embedded(text: str) -> tuple[Any, bool]:
+    """JSON held in a string of the log (tool-call arguments, a stored model response) →
+    (value, True), or (None, False) when it does not parse or holds what a log may not
+    (see :meth:`Source.check`): a model writes such text, and a bad one is kept as text."""
+    try:
+        value = json.loads(text)
+    except _DECODE_ERRORS:
+        return None, False
+    return (None, False) if json_problem(value, MAX_LOG_DEPTH, text) else (value, True)
+
+
+def opt_str_at(rec: Record, path: JsonPath, value: Any) -> str | None:
+    """``value`` if it is a string, None if it is null or missing, else a located error."""
+    if value is None:
+        return None
+    return need_str(rec, path, value)
+
+
+def opt_dict_at(rec: Record, path: JsonPath, value: Any) -> dict[str, Any] | None:
+    """``value`` if it is an object, None if it is null or missing, else a located error."""
+    if value is None:
+        return None
+    return need_dict(rec, path, value)
 
 
 def obj(value: Any) -> dict[str, Any]:

@@ -22,7 +22,17 @@ from typing import Any
 
 from ..source import JsonPath
 from ._build import SessionBuilder, anthropic_tokens, key
-from ._source import Record, Source, need_dict, need_list, need_str, obj, opt_str
+from ._source import (
+    Record,
+    Source,
+    need_dict,
+    need_list,
+    need_str,
+    obj,
+    opt_dict_at,
+    opt_str,
+    opt_str_at,
+)
 
 NAME = "anthropic_messages"
 DESCRIPTION = "Anthropic Messages content blocks (array of messages, or {messages, system})"
@@ -41,9 +51,9 @@ def sniff(src: Source) -> bool:
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, list):
             for block in content:
-                if isinstance(block, dict) and (
-                    block.get("type") in anthropic
-                    or (block.get("type") == "image" and "source" in block)
+                kind = block.get("type") if isinstance(block, dict) else None
+                if isinstance(kind, str) and (
+                    kind in anthropic or (block.get("type") == "image" and "source" in block)
                 ):
                     return True
     return False
@@ -71,16 +81,20 @@ def convert(src: Source, run: int) -> Any:
             meta["system_prompt"] = system
         elif isinstance(system, list):
             meta["system_prompt"] = "\n\n".join(
-                blk.get("text", "") for blk in system if isinstance(blk, dict)
+                blk["text"]
+                for blk in system
+                if isinstance(blk, dict) and isinstance(blk.get("text"), str)
             )
             meta["system_blocks"] = system
-        for i, tool in enumerate(doc.get("tools") or []):
-            tool = need_dict(rec, ("tools", i), tool)
-            name = need_str(rec, ("tools", i, "name"), tool.get("name"))
+        for i, tool in enumerate(need_list(rec, ("tools",), doc.get("tools") or [])):
+            at = ("tools", i)
+            tool = need_dict(rec, at, tool)
+            name = need_str(rec, (*at, "name"), tool.get("name"))
             b.tool_defs[name] = {
                 "name": name,
-                "description": tool.get("description") or "",
-                "input_schema": tool.get("input_schema") or {"type": "object", "properties": {}},
+                "description": opt_str_at(rec, (*at, "description"), tool.get("description")) or "",
+                "input_schema": opt_dict_at(rec, (*at, "input_schema"), tool.get("input_schema"))
+                or {"type": "object", "properties": {}},
             }
         doc = doc.get("messages")
     messages = need_list(rec, base, doc)
@@ -91,11 +105,12 @@ def convert(src: Source, run: int) -> Any:
         if role == "user":
             add_user(b, key(i), m.get("content"), rec, (*path, "content"))
         elif role == "assistant":
-            msg = b.message("assistant", key(i), model=m.get("model"))
+            model = opt_str_at(rec, (*path, "model"), m.get("model"))
+            msg = b.message("assistant", key(i), model=model)
             add_assistant_blocks(b, msg, m.get("content"), rec, (*path, "content"))
             if "usage" in m:
                 msg["tokens"] = anthropic_tokens(m["usage"])
-            b.finish(msg, m.get("stop_reason"))
+            b.finish(msg, opt_str_at(rec, (*path, "stop_reason"), m.get("stop_reason")))
         else:
             rec.fail((*path, "role"), f"unknown role {role!r} (expected user or assistant)")
     top = rec.value if isinstance(rec.value, dict) else {}
@@ -127,10 +142,14 @@ def add_assistant_blocks(
             b.text(msg, need_str(rec, (*path, j, "text"), block.get("text")))
         elif kind == "thinking":
             b.part(
-                msg, "reasoning", text=block.get("thinking") or "", signature=block.get("signature")
+                msg,
+                "reasoning",
+                text=opt_str_at(rec, (*path, j, "thinking"), block.get("thinking")) or "",
+                signature=opt_str_at(rec, (*path, j, "signature"), block.get("signature")),
             )
         elif kind == "redacted_thinking":
-            b.part(msg, "reasoning", text="", encrypted=block.get("data"))
+            data = opt_str_at(rec, (*path, j, "data"), block.get("data"))
+            b.part(msg, "reasoning", text="", encrypted=data)
         elif kind == "tool_use":
             call_id = need_str(rec, (*path, j, "id"), block.get("id"))
             name = need_str(rec, (*path, j, "name"), block.get("name"))
@@ -191,7 +210,7 @@ def add_user(
                 target(), need_str(rec, (*path, j, "text"), block.get("text")), synthetic=synthetic
             )
         elif kind in ("image", "document"):
-            b.part(target(), "file", **file_fields(block))
+            b.part(target(), "file", **file_fields(block, rec, (*path, j)))
         else:
             target().setdefault("metadata", {}).setdefault("blocks", []).append(block)
     return msg
@@ -210,20 +229,26 @@ def _result_content(content: Any, rec: Record, path: JsonPath) -> tuple[str, lis
         if block.get("type") == "text":
             texts.append(need_str(rec, (*path, j, "text"), block.get("text")))
         elif block.get("type") in ("image", "document"):
-            files.append({"type": "file", **file_fields(block)})
+            files.append({"type": "file", **file_fields(block, rec, (*path, j))})
     return "\n".join(texts), files
 
 
-def file_fields(block: dict[str, Any]) -> dict[str, Any]:
-    """An ``image``/``document`` block → FilePart fields (mime, data: or http URL, name)."""
+def file_fields(block: dict[str, Any], rec: Record, path: JsonPath) -> dict[str, Any]:
+    """An ``image``/``document`` block (at ``path``) → FilePart fields (mime, data: or http
+    URL, name)."""
     source = obj(block.get("source"))
-    mime = source.get("media_type") or "application/octet-stream"
+    media_type = opt_str_at(rec, (*path, "source", "media_type"), source.get("media_type"))
+    mime = media_type or "application/octet-stream"
     data = source.get("data")
     if source.get("type") == "url" and isinstance(source.get("url"), str):
         url = source["url"]
-        mime = source.get("media_type") or mimetypes.guess_type(url)[0] or mime
+        mime = media_type or mimetypes.guess_type(url)[0] or mime
     elif source.get("type") == "text" and isinstance(data, str):
         url = f"data:{mime};base64," + base64.b64encode(data.encode()).decode()
     else:
         url = f"data:{mime};base64,{data if isinstance(data, str) else ''}"
-    return {"mime": mime, "url": url, "filename": block.get("title")}
+    return {
+        "mime": mime,
+        "url": url,
+        "filename": opt_str_at(rec, (*path, "title"), block.get("title")),
+    }

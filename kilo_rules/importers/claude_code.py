@@ -27,8 +27,9 @@ from typing import Any
 
 from ..session import Session
 from ._build import SessionBuilder, anthropic_tokens, iso_ms, key
-from ._source import Record, Source, need_dict, obj
+from ._source import Record, Source, need_dict, obj, opt_str_at
 from .anthropic_messages import add_assistant_blocks, add_user
+from .openai_chat import content_text
 
 NAME = "claude_code"
 DESCRIPTION = "Claude Code session JSONL (~/.claude/projects/…/*.jsonl, also subagent logs)"
@@ -43,7 +44,8 @@ def sniff(src: Source) -> bool:
         v = rec.value
         if (
             isinstance(v, dict)
-            and v.get("type") in _KNOWN
+            and isinstance(v.get("type"), str)
+            and v["type"] in _KNOWN
             and any(k in v for k in ("sessionId", "uuid", "messageId", "leafUuid"))
         ):
             return True
@@ -60,6 +62,7 @@ class _Importer:
         self.assistants: list[tuple[dict[str, Any], str | None]] = []
         self.compaction: dict[str, Any] | None = None  # boundary awaiting its summary
         self.first: dict[str, Any] = {}
+        self.first_rec: Record | None = None
         self.title: str | None = None
 
     def line(self, rec: Record) -> None:
@@ -69,7 +72,7 @@ class _Importer:
             rec.fail((), 'not a Claude Code record (it has no "type")')
         self.records[str(kind)] += 1
         if kind in ("user", "assistant") and not self.first:
-            self.first = v
+            self.first, self.first_rec = v, rec
         if kind == "user":
             if v.get("isCompactSummary"):
                 self.summary(rec, v)
@@ -111,7 +114,7 @@ class _Importer:
                 "assistant",
                 key(rec.line),
                 created=iso_ms(v.get("timestamp")),
-                model=m.get("model"),
+                model=opt_str_at(rec, ("message", "model"), m.get("model")),
                 metadata={"message_id": mid, "request_id": v.get("requestId"), "lines": []},
             )
             self.current_id = mid
@@ -128,8 +131,9 @@ class _Importer:
         )
         if "usage" in m:
             msg["tokens"] = anthropic_tokens(m["usage"])
-        if m.get("stop_reason"):
-            self.assistants[-1] = (msg, m["stop_reason"])
+        stop = opt_str_at(rec, ("message", "stop_reason"), m.get("stop_reason"))
+        if stop:
+            self.assistants[-1] = (msg, stop)
         if v.get("isApiErrorMessage"):
             text = " ".join(p["text"] for p in msg["parts"] if p["type"] == "text")
             msg["error"] = {"name": "APIError", "message": text}
@@ -158,9 +162,7 @@ class _Importer:
             self._compaction(rec, v, {}, key(rec.line, "c"))
         self.compaction = None
         m = need_dict(rec, ("message",), v.get("message"))
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+        content = content_text(m.get("content"))
         msg = self.b.message(
             "assistant",
             key(rec.line),
@@ -173,13 +175,14 @@ class _Importer:
                 "visible_in_transcript_only": v.get("isVisibleInTranscriptOnly"),
             },
         )
-        self.b.text(msg, content if isinstance(content, str) else "")
+        self.b.text(msg, content)
 
     def session(self, src: Source) -> Session:
         for msg, stop in self.assistants:
             self.b.finish(msg, stop)
         f = self.first
-        sid = str(f.get("sessionId") or "claude-code")
+        at = self.first_rec
+        sid = (opt_str_at(at, ("sessionId",), f.get("sessionId")) if at else None) or "claude-code"
         if f.get("isSidechain") and f.get("agentId"):
             sid = f"{sid}/agent-{f['agentId']}"
         models = [m["model"] for m, _ in self.assistants if isinstance(m.get("model"), str)]
@@ -208,7 +211,7 @@ class _Importer:
         return self.b.build(
             sid,
             title=self.title,
-            directory=f.get("cwd"),
+            directory=opt_str_at(at, ("cwd",), f.get("cwd")) if at else None,
             model=models[0] if models else None,
             metadata=meta,
         )

@@ -27,7 +27,7 @@ from typing import Any
 from ..session import Session
 from ..source import JsonPath
 from ._build import SessionBuilder, epoch_ms, key, openai_tokens
-from ._source import Record, Source, need_dict, need_list, obj, opt_str
+from ._source import Record, Source, need_dict, need_list, obj, opt_str, opt_str_at
 from .openai_chat import ChatImporter, content_text
 
 NAME = "mini_swe_agent"
@@ -51,9 +51,11 @@ def _response(m: dict[str, Any]) -> dict[str, Any]:
     return response if isinstance(response, dict) else {}
 
 
-def _fill_from_response(msg: dict[str, Any], m: dict[str, Any]) -> str | None:
-    """Model, time, usage and cost of an assistant message from its raw response; returns
-    the provider's finish reason."""
+def _fill_from_response(
+    msg: dict[str, Any], m: dict[str, Any], rec: Record, path: JsonPath
+) -> str | None:
+    """Model, time, usage and cost of an assistant message (``m``, at ``path``) from its raw
+    response; returns the provider's finish reason."""
     resp = _response(m)
     extra = obj(m.get("extra"))
     msg["model"] = opt_str(resp.get("model"))
@@ -61,13 +63,14 @@ def _fill_from_response(msg: dict[str, Any], m: dict[str, Any]) -> str | None:
     usage = resp.get("usage")
     msg["tokens"] = openai_tokens(usage)
     cost = extra.get("cost", usage.get("cost") if isinstance(usage, dict) else None)
-    if isinstance(cost, int | float) and cost >= 0:
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
         msg["cost"] = cost
     if isinstance(resp.get("id"), str):
         msg.setdefault("metadata", {})["response_id"] = resp["id"]
     choices = resp.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        return choices[0].get("finish_reason")
+        at = (*path, "extra", "response", "choices", 0, "finish_reason")
+        return opt_str_at(rec, at, choices[0].get("finish_reason"))
     return None
 
 
@@ -85,8 +88,8 @@ def observation_meta(text: str) -> dict[str, Any]:
 
 
 class _V2(ChatImporter):
-    def assistant_extra(self, msg: dict[str, Any], m: dict[str, Any]) -> str | None:
-        return _fill_from_response(msg, m)
+    def assistant_extra(self, msg: dict[str, Any], m: dict[str, Any], path: JsonPath) -> str | None:
+        return _fill_from_response(msg, m, self.rec, path)
 
     def tool_extra(self, m: dict[str, Any]) -> dict[str, Any]:
         extra = obj(m.get("extra"))
@@ -126,13 +129,10 @@ def _v1(
             meta["system_prompt"] = text
         elif role == "assistant":
             msg = b.message("assistant", key(i))
-            finish = _fill_from_response(msg, m)
-            choices = _response(m).get("choices") or [{}]
-            reasoning = (
-                choices[0].get("message", {}).get("reasoning")
-                if isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict)
-                else None
-            )
+            finish = _fill_from_response(msg, m, rec, path)
+            choices = _response(m).get("choices")
+            choice = obj(choices[0]) if isinstance(choices, list) and choices else {}
+            reasoning = obj(choice.get("message")).get("reasoning")
             if isinstance(reasoning, str) and reasoning:
                 b.part(msg, "reasoning", text=reasoning)
             actions = list(_ACTION.finditer(text))

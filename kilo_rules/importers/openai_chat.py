@@ -18,13 +18,23 @@ shape plus an ``extra`` object per message.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..session import Session
 from ..source import JsonPath
 from ._build import SessionBuilder, key, openai_tokens
-from ._source import Record, Source, need_dict, need_list, need_str, obj, opt_str
+from ._source import (
+    Record,
+    Source,
+    need_dict,
+    need_list,
+    need_str,
+    obj,
+    opt_dict_at,
+    opt_str,
+    opt_str_at,
+    parse_embedded,
+)
 
 NAME = "openai_chat"
 DESCRIPTION = "OpenAI chat messages with tool_calls and role tool (array, or {messages})"
@@ -42,7 +52,8 @@ def sniff(src: Source) -> bool:
     return (
         isinstance(messages, list)
         and bool(messages)
-        and all(isinstance(m, dict) and m.get("role") in _ROLES for m in messages)
+        and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
+        and all(m["role"] in _ROLES for m in messages)
     )
 
 
@@ -51,10 +62,8 @@ def parse_arguments(raw: Any) -> tuple[Any, bool]:
     kept rather than failing the import."""
     if not isinstance(raw, str):
         return raw if raw is not None else {}, True
-    try:
-        return json.loads(raw), True
-    except ValueError:
-        return raw, False
+    value, ok = parse_embedded(raw)
+    return (value, True) if ok else (raw, False)
 
 
 def content_text(content: Any) -> str:
@@ -132,25 +141,27 @@ class ChatImporter:
                 mime = url[5:].split(";")[0] if url.startswith("data:") else "image/*"
                 self.b.part(msg, "file", mime=mime, url=url)
             elif kind == "input_audio" and isinstance(part.get("input_audio"), dict):
+                at = (*path, "content", j, "input_audio")
                 audio = part["input_audio"]
-                fmt = audio.get("format", "wav")
-                self.b.part(
-                    msg,
-                    "file",
-                    mime=f"audio/{fmt}",
-                    url=f"data:audio/{fmt};base64,{audio.get('data', '')}",
-                )
+                fmt = opt_str_at(self.rec, (*at, "format"), audio.get("format")) or "wav"
+                data = opt_str_at(self.rec, (*at, "data"), audio.get("data")) or ""
+                self.b.part(msg, "file", mime=f"audio/{fmt}", url=f"data:audio/{fmt};base64,{data}")
             elif kind == "file" and isinstance(part.get("file"), dict):
+                at = (*path, "content", j, "file")
                 f = part["file"]
-                url = f.get("file_data") or f"file-id:{f.get('file_id', '')}"
+                file_id = opt_str_at(self.rec, (*at, "file_id"), f.get("file_id")) or ""
+                url = opt_str_at(self.rec, (*at, "file_data"), f.get("file_data"))
+                url = url or f"file-id:{file_id}"
                 mime = url[5:].split(";")[0] if url.startswith("data:") else "application/pdf"
-                self.b.part(msg, "file", mime=mime, url=url, filename=f.get("filename"))
+                name = opt_str_at(self.rec, (*at, "filename"), f.get("filename"))
+                self.b.part(msg, "file", mime=mime, url=url, filename=name)
             else:
                 msg.setdefault("metadata", {}).setdefault("content", []).append(part)
 
     def assistant(self, i: int, m: dict[str, Any], path: JsonPath) -> None:
         """An assistant message: reasoning, text, refusal, then its tool calls."""
-        msg = self.b.message("assistant", key(i), model=m.get("model"))
+        model = opt_str_at(self.rec, (*path, "model"), m.get("model"))
+        msg = self.b.message("assistant", key(i), model=model)
         reasoning = m.get("reasoning_content") or m.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             self.b.part(msg, "reasoning", text=reasoning)
@@ -175,8 +186,9 @@ class ChatImporter:
         if isinstance(m.get("function_call"), dict):
             self._legacy_call = self.b.new_call_id(key(i))
             self._call(msg, self._legacy_call, m["function_call"], (*path, "function_call"))
-        raw_finish = self.assistant_extra(msg, m)
-        self.b.finish(msg, raw_finish or m.get("finish_reason"))
+        raw_finish = self.assistant_extra(msg, m, path)
+        finish = opt_str_at(self.rec, (*path, "finish_reason"), m.get("finish_reason"))
+        self.b.finish(msg, raw_finish or finish)
 
     def _call(
         self,
@@ -198,8 +210,9 @@ class ChatImporter:
         )
 
     # -- hooks ------------------------------------------------------------------------------
-    def assistant_extra(self, msg: dict[str, Any], m: dict[str, Any]) -> str | None:
-        """Fill usage, times, cost; return the provider's finish reason if known."""
+    def assistant_extra(self, msg: dict[str, Any], m: dict[str, Any], path: JsonPath) -> str | None:
+        """Fill usage, times, cost of message ``m`` (at ``path``); return the provider's
+        finish reason if known."""
         if "usage" in m:
             msg["tokens"] = openai_tokens(m["usage"])
         return None
@@ -223,14 +236,16 @@ def convert(src: Source, run: int) -> Session:
     top: dict[str, Any] = {}
     if isinstance(doc, dict):
         top, base, doc = doc, ("messages",), doc.get("messages")
-        for j, raw in enumerate(top.get("tools") or []):
+        for j, raw in enumerate(need_list(rec, ("tools",), top.get("tools") or [])):
             tool = need_dict(rec, ("tools", j), raw)
+            at: JsonPath = ("tools", j, "function") if obj(tool.get("function")) else ("tools", j)
             fn = obj(tool.get("function")) or tool
-            name = need_str(rec, ("tools", j, "function", "name"), fn.get("name"))
+            name = need_str(rec, (*at, "name"), fn.get("name"))
             b.tool_defs[name] = {
                 "name": name,
-                "description": fn.get("description") or "",
-                "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+                "description": opt_str_at(rec, (*at, "description"), fn.get("description")) or "",
+                "input_schema": opt_dict_at(rec, (*at, "parameters"), fn.get("parameters"))
+                or {"type": "object", "properties": {}},
             }
     messages = need_list(rec, base, doc)
     ChatImporter(b, rec, meta).add_all(messages, base)

@@ -28,7 +28,6 @@ listed in ``metadata.import.unanswered``. Naive timestamps are taken as UTC.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
@@ -36,7 +35,18 @@ from ..errors import Location
 from ..session import Session
 from ..source import JsonPath
 from ._build import SessionBuilder, iso_ms, key, openai_tokens
-from ._source import Record, Source, fail, need_dict, need_list, obj, opt_str
+from ._source import (
+    Record,
+    Source,
+    fail,
+    need_dict,
+    need_list,
+    obj,
+    opt_dict_at,
+    opt_str,
+    opt_str_at,
+    parse_embedded,
+)
 from .openai_chat import parse_arguments
 
 NAME = "openhands"
@@ -93,7 +103,7 @@ class _Importer:
             elif tcm is not None:
                 self.call(stem, e, tcm, ts, path)
             elif action == "message":
-                self.message(stem, e, args, ts)
+                self.message(stem, e, args, ts, path)
             else:
                 self.skipped[f"action:{action}"] += 1
         elif "observation" in e:
@@ -124,18 +134,24 @@ class _Importer:
         ):
             tool = need_dict(self.rec, (*path, "args", "tools", j), raw)
             fn = obj(tool.get("function"))
+            at = (*path, "args", "tools", j, "function")
             if isinstance(fn.get("name"), str):
                 self.b.tool_defs[fn["name"]] = {
                     "name": fn["name"],
-                    "description": fn.get("description") or "",
-                    "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+                    "description": opt_str_at(self.rec, (*at, "description"), fn.get("description"))
+                    or "",
+                    "input_schema": opt_dict_at(self.rec, (*at, "parameters"), fn.get("parameters"))
+                    or {"type": "object", "properties": {}},
                 }
 
-    def message(self, stem: str, e: dict[str, Any], args: dict[str, Any], ts: int | None) -> None:
+    def message(
+        self, stem: str, e: dict[str, Any], args: dict[str, Any], ts: int | None, path: JsonPath
+    ) -> None:
         text = opt_str(args.get("content")) or e.get("message", "")
         if e.get("source") == "user":
             msg = self.b.user_text(stem, str(text), created=ts)
-            for url in args.get("image_urls") or []:
+            urls = args.get("image_urls") or []
+            for url in need_list(self.rec, (*path, "args", "image_urls"), urls):
                 if isinstance(url, str):
                     mime = url[5:].split(";")[0] if url.startswith("data:") else "image/*"
                     self.b.part(msg, "file", mime=mime, url=url)
@@ -150,11 +166,14 @@ class _Importer:
         self, stem: str, e: dict[str, Any], tcm: dict[str, Any], ts: int | None, path: JsonPath
     ) -> None:
         resp = tcm.get("model_response")
+        at: JsonPath = (*path, "tool_call_metadata", "model_response")
         if isinstance(resp, str):  # some OpenHands versions store the response as JSON text
-            try:
-                resp = json.loads(resp)
-            except ValueError:
-                resp = None
+            resp = parse_embedded(resp)[0]
+            # Values inside the text are located at the text.
+            at_choice = at_message = at
+        else:
+            at_choice = (*at, "choices", 0)
+            at_message = (*at_choice, "message")
         resp = resp if isinstance(resp, dict) else {}
         choices = resp.get("choices") if isinstance(resp.get("choices"), list) else []
         choice = choices[0] if choices and isinstance(choices[0], dict) else {}
@@ -172,10 +191,13 @@ class _Importer:
             self.current_response = rid
             if isinstance(rmsg.get("content"), str) and rmsg["content"]:
                 self.b.text(self.current, rmsg["content"])
-            self.assistants.append((self.current, choice.get("finish_reason")))
+            finish = opt_str_at(
+                self.rec, (*at_choice, "finish_reason"), choice.get("finish_reason")
+            )
+            self.assistants.append((self.current, finish))
         call_id = tcm["tool_call_id"]
         args: Any = None
-        for tc in rmsg.get("tool_calls") or []:
+        for tc in need_list(self.rec, (*at_message, "tool_calls"), rmsg.get("tool_calls") or []):
             if isinstance(tc, dict) and tc.get("id") == call_id:
                 fn = obj(tc.get("function"))
                 args = parse_arguments(fn.get("arguments"))[0]
