@@ -156,6 +156,7 @@ def expressions_despite_errors(path: Path, failed: list[Diagnostic]) -> list[Dia
     from .policy_exprs import KIND_TYPES, VALUE_SECTIONS, policy_vocabulary
     from .resolve import ResolvedPolicy, resolve_policy
 
+    path = Path.cwd() / path  # as resolve_policy names it, so locations agree
     try:
         doc = load_yaml_file(path)
     except KiloRulesError:

@@ -22,6 +22,10 @@ def _generate(kind: str, base: str) -> bytes:
     if kind == "huge_file":
         line = "# " + "x" * 97 + "\n"
         return (base + line * 52_000).encode()  # about 5 MB
+    if kind == "huge_integer":
+        return (base + "9" * 5_000 + "\n").encode()
+    if kind == "many_values":
+        return (base + ", ".join(["1"] * 240_000) + "]\n").encode()  # about 720 KB
     if kind == "latin1":
         return (base + "description: caf\xe9\n").encode("latin-1")
     raise AssertionError(f"unknown generator {kind}")

@@ -393,7 +393,7 @@ FUNCTIONS: dict[str, Function] = {
         _f(
             "regex_match",
             "regex_match(s: str, pattern: str) -> bool",
-            "Same as `s matches pattern` (re.search).",
+            "Same as `s matches pattern` (an RE2 search).",
             (2, 2),
             _strings(BOOL),
             _regex_match,
