@@ -10,6 +10,7 @@ via ``Buffer.byteLength``, lengths in UTF-16 units), so previews and counts matc
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -56,7 +57,9 @@ GREP_ADVICE = (
 Direction = Literal["head", "tail"]
 Unit = Literal["lines", "bytes"]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_PREFIX_CHARS = 48
 _SUMMARY_NOTE = "\n[Tool output truncated for compaction: omitted {} chars]"
 
 
@@ -96,14 +99,22 @@ def _utf8_len(text: str) -> int:
 
 
 def spill_path_for(spill_dir: Path, call_id: str) -> Path:
-    """The spill file of a tool call: ``spill_dir / "tool_<call_id>"``.
+    """The spill file of a tool call, directly inside ``spill_dir``; one file per id.
 
-    Characters other than ASCII letters, digits, ``.``, ``_`` and ``-`` in ``call_id`` are
-    replaced by ``_`` so that the name cannot escape ``spill_dir`` (ids come from the model).
+    An id of at most 64 ASCII letters, digits, ``_`` and ``-`` (what providers issue) names
+    ``tool_<call_id>``, as in Kilo. Any other id comes from a model or a log and may hold
+    anything, so its name is a readable prefix (those characters kept, the others replaced
+    by ``_``, cut to 48) and, after a ``.`` that no plain name has, 16 hex digits of the
+    SHA-256 of the exact id: distinct ids never share a file, a name stays far below file
+    system limits, and no id can reach outside ``spill_dir``.
     """
     if not call_id:
         raise ValueError("call_id must not be empty")
-    return Path(spill_dir) / f"tool_{_UNSAFE.sub('_', call_id)}"
+    if _PLAIN_ID.fullmatch(call_id):
+        return Path(spill_dir) / f"tool_{call_id}"
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    prefix = _UNSAFE.sub("_", call_id[:_PREFIX_CHARS])
+    return Path(spill_dir) / f"tool_{prefix}.{digest}"
 
 
 def _write_spill(path: Path, text: str) -> None:

@@ -154,8 +154,11 @@ def test_spec_11_1_call_id_cannot_escape_spill_dir(tmp_path: Path) -> None:
     spill = tmp_path / "spill"
     path = spill_path_for(spill, "../../etc/passwd")
     assert path.parent == spill
-    assert path.name == "tool_.._.._etc_passwd"
-    assert spill_path_for(spill, "a\\b:c").name == "tool_a_b_c"
+    assert path.name.startswith("tool_______etc_passwd.")
+    assert spill_path_for(spill, "a\\b:c").name.startswith("tool_a_b_c.")
+    for dots in (".", "..", "../", "/..", "./.", "..\\.."):
+        assert spill_path_for(spill, dots).parent == spill
+        assert spill_path_for(spill, dots).resolve().parent == spill.resolve()
     result = truncate_output(numbered(5), spill_dir=spill, call_id="../x", max_lines=1)
     assert result.spill_path is not None
     assert result.spill_path.parent == spill
@@ -298,3 +301,37 @@ def test_spec_11_2_property(text: str, max_chars: int) -> None:
     assert text.encode("utf-16-le", "surrogatepass").startswith(
         kept.encode("utf-16-le", "surrogatepass")
     )
+
+
+def test_spill_names_of_plain_ids_are_kilos(tmp_path: Path) -> None:
+    assert spill_path_for(tmp_path, "toolu_01AbC-9").name == "tool_toolu_01AbC-9"
+    assert spill_path_for(tmp_path, "x" * 64).name == "tool_" + "x" * 64
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("a/b", "a_b"),  # sanitised alike, and one of them plain
+        ("a/b", "a:b"),  # sanitised alike, neither plain
+        ("é", "ü"),  # one-character non-ASCII ids
+        ("é", "_"),
+        ("x" * 300, "x" * 299 + "y"),  # differ past the readable prefix
+        ("a.b", "a_b"),
+        ("\ud800", "\udc00"),  # lone surrogates, as a model may emit them
+    ],
+)
+def test_spill_names_never_collide(tmp_path: Path, one: str, other: str) -> None:
+    assert spill_path_for(tmp_path, one) != spill_path_for(tmp_path, other)
+    for call_id in (one, other):
+        truncate_output(numbered(5), spill_dir=tmp_path, call_id=call_id, max_lines=1)
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_spill_name_of_a_long_id_is_bounded(tmp_path: Path) -> None:
+    call_id = "é/" * 150  # 300 characters, 450 UTF-8 bytes
+    result = truncate_output(numbered(5), spill_dir=tmp_path, call_id=call_id, max_lines=1)
+    assert result.spill_path is not None
+    assert result.spill_path.parent == tmp_path
+    assert len(result.spill_path.name) <= 70
+    assert result.spill_path.read_text() == numbered(5)
+    assert cleanup_spill_dir(tmp_path, now=10**12) == [result.spill_path]
