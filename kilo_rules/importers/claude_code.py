@@ -27,7 +27,7 @@ from typing import Any
 
 from ..session import Session
 from ._build import SessionBuilder, anthropic_tokens, iso_ms, key
-from ._source import Record, Source, need_dict, obj, opt_str_at
+from ._source import Record, Source, need_dict, need_str, obj, opt_str_at
 from .anthropic_messages import add_assistant_blocks, add_user
 from .openai_chat import content_text
 
@@ -67,9 +67,9 @@ class _Importer:
 
     def line(self, rec: Record) -> None:
         v = need_dict(rec, (), rec.value)
-        kind = v.get("type")
-        if not isinstance(kind, str):
+        if "type" not in v:
             rec.fail((), 'not a Claude Code record (it has no "type")')
+        kind = need_str(rec, ("type",), v["type"])
         self.records[str(kind)] += 1
         if kind in ("user", "assistant") and not self.first:
             self.first, self.first_rec = v, rec
