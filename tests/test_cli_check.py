@@ -165,3 +165,81 @@ def test_diagnostics_do_not_depend_on_key_order(in_tmp: Path) -> None:
     # and within one file they come out in source order
     lines = [d.location.line for d in check_paths(["b.yaml"]).diagnostics]
     assert lines == sorted(lines)
+
+
+def test_control_bytes_are_located_and_the_other_files_still_checked(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (in_tmp / "a.yaml").write_bytes(b"version: 1\nname: a\ndescription: x\x00y\n")
+    (in_tmp / "b.yaml").write_bytes(b"version: 1\nname: b\nprompts:\n  soul: \x1b[1m\n")
+    _write(in_tmp, "c.yaml", BAD)
+    assert main(["check", "--format", "json", "a.yaml", "b.yaml", "c.yaml"]) == 1
+    found = {
+        (d["location"]["file"], d["location"]["line"], d["location"]["col"], d["code"])
+        for d in json.loads(capsys.readouterr().out)
+    }
+    assert found == {
+        ("a.yaml", 3, 15, "yaml.character"),
+        ("b.yaml", 4, 9, "yaml.character"),
+        ("c.yaml", 4, 3, "schema.unknown-key"),
+    }
+
+
+def test_every_unknown_key_and_every_expression_error_in_one_run(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(
+        in_tmp,
+        "p.yaml",
+        "version: 1\nname: p\nextends: kilo-default\n"
+        "prune:\n  enabledd: true\n  protect_turnz: 2\n  protect_turns: two\n"
+        "budget:\n  usable: 'model.limits.context -'\n"
+        "output:\n  max_tokens: 'prune.protect_turns * 2'\n"
+        "  send: 'model.limit.context > 1'\n",
+    )
+    assert main(["check", "--format", "json", "p.yaml"]) == 1
+    got = [(d["code"], d["location"]["line"]) for d in json.loads(capsys.readouterr().out)]
+    assert got == [
+        ("schema.unknown-key", 5),
+        ("schema.unknown-key", 6),
+        ("schema.type", 7),
+        ("expr.syntax", 9),
+        # prune.protect_turns * 2 is not blamed for the refused value it reads.
+        ("expr.unknown-name", 12),
+    ]
+
+
+def test_expressions_use_the_base_names_when_the_file_fails_the_schema(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(in_tmp, "base.yaml", "version: 1\nname: base\nbudget:\n  usable: 1000\n")
+    _write(
+        in_tmp,
+        "child.yaml",
+        "version: 1\nname: child\nextends: base.yaml\nbogus: 1\n"
+        "output:\n  max_tokens: 'budget.usable // 2 + budget.nope'\n",
+    )
+    assert main(["check", "--format", "json", "child.yaml"]) == 1
+    got = [(d["code"], d["message"]) for d in json.loads(capsys.readouterr().out)]
+    assert got == [
+        ("schema.unknown-key", "unknown key 'bogus'"),
+        ("expr.unknown-name", "unknown name budget.nope"),
+    ]
+
+
+def test_tokenizer_encodings_are_checked(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kilo_rules.checks import offline_encodings
+
+    assert "cl100k_base" in offline_encodings()
+    # tiktoken's own plugin downloads its files: its names are not offered.
+    assert "o200k_base" not in offline_encodings()
+    _write(in_tmp, "ok.yaml", "version: 1\nname: ok\ntokens:\n  counter: tiktoken:cl100k_base\n")
+    assert main(["check", "ok.yaml"]) == 0
+    _write(in_tmp, "bad.yaml", "version: 1\nname: bad\ntokens:\n  counter: tiktoken:o200k_base\n")
+    capsys.readouterr()
+    assert main(["check", "--format", "json", "bad.yaml"]) == 1
+    (d,) = json.loads(capsys.readouterr().out)
+    assert d["code"] == "policy.unknown-tokenizer"
+    assert (d["location"]["line"], d["location"]["col"]) == (4, 12)
+    assert "available: tiktoken:cl100k_base" in d["message"]
+    assert d["details"]["available"] == offline_encodings()
