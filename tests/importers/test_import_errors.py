@@ -162,3 +162,248 @@ def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ImportFormatError) as info:
         import_file(tmp_path / "missing.jsonl")
     assert info.value.diagnostic.code == "io.read"
+
+
+# -- wrong shapes, limits and untrusted values: each located at the offending value ---------
+
+
+def _text_error(text: str, fmt: str = "auto") -> tuple[str, str, int, int]:
+    with pytest.raises(ImportFormatError) as info:
+        import_text(text, fmt=fmt, name="log.json")
+    diag = info.value.diagnostic
+    assert diag.location.file == "log.json"
+    return diag.code, diag.message, diag.location.line, diag.location.col
+
+
+def _col(text: str, needle: str, line: int = 1) -> int:
+    return text.split("\n")[line - 1].index(needle) + 1
+
+
+_TCM = '"tool_call_metadata": {"tool_call_id": "c", "model_response": {"id": "r", '
+_OPENHANDS_CALL = (
+    '{"instance_id": "x", "history": [{"id": 1, "source": "agent", "action": "run", '
+    + _TCM
+    + '"choices": [{"message": {"tool_calls": 5}}]}}}]}'
+)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "message", "at"),
+    [
+        (
+            "claude_code",
+            '{"type": {}, "sessionId": "x"}',
+            "type: expected a string, found an object",
+            "{}",
+        ),
+        (
+            "openhands",
+            _OPENHANDS_CALL,
+            "history[0].tool_call_metadata.model_response.choices[0].message.tool_calls: "
+            "expected an array, found a number",
+            "5",
+        ),
+        (
+            "openhands",
+            '{"instance_id": "x", "history": [{"id": 1, "source": "user", "action": "message", '
+            '"args": {"content": "hi", "image_urls": 7}}]}',
+            "history[0].args.image_urls: expected an array, found a number",
+            "7",
+        ),
+        (
+            "mini_swe_agent",
+            '{"trajectory_format": "mini-swe-agent-1", "messages": [{"role": "assistant", '
+            '"content": "x", "extra": {"response": {"choices": [{"finish_reason": [1]}]}}}]}',
+            "messages[0].extra.response.choices[0].finish_reason: "
+            "expected a string, found an array",
+            "[1]",
+        ),
+        (
+            "claude_code",
+            '{"type": "assistant", "sessionId": "x", "message": {"id": "m", "model": 3, '
+            '"content": []}}',
+            "message.model: expected a string, found a number",
+            "3",
+        ),
+        (
+            "claude_code",
+            '{"type": "user", "sessionId": "x", "cwd": ["/"], "message": {"content": "hi"}}',
+            "cwd: expected a string, found an array",
+            '["/"]',
+        ),
+        (
+            "anthropic_messages",
+            '{"messages": [{"role": "assistant", "content": [{"type": "thinking", '
+            '"thinking": "t", "signature": {"s": 1}}]}]}',
+            "messages[0].content[0].signature: expected a string, found an object",
+            '{"s"',
+        ),
+        (
+            "anthropic_messages",
+            '{"messages": [{"role": "user", "content": [{"type": "image", "title": 1, '
+            '"source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]}',
+            "messages[0].content[0].title: expected a string, found a number",
+            "1,",
+        ),
+        (
+            "anthropic_messages",
+            '{"tools": {"name": "x"}, "messages": []}',
+            "tools: expected an array, found an object",
+            '{"name"',
+        ),
+        (
+            "openai_chat",
+            '{"tools": 1.5, "messages": [{"role": "user", "content": "hi"}]}',
+            "tools: expected an array, found a number",
+            "1.5",
+        ),
+        (
+            "openai_chat",
+            '{"messages": [{"role": "assistant", "content": "x", "finish_reason": ["stop"]}]}',
+            "messages[0].finish_reason: expected a string, found an array",
+            '["stop"]',
+        ),
+        (
+            "openai_chat",
+            '[{"role": "user", "content": [{"type": "file", "file": {"file_data": 9}}]}]',
+            "[0].content[0].file.file_data: expected a string, found a number",
+            "9",
+        ),
+    ],
+    ids=[
+        "claude-type-object",
+        "openhands-tool-calls-number",
+        "openhands-image-urls",
+        "mini-finish-reason",
+        "claude-model",
+        "claude-cwd",
+        "anthropic-signature",
+        "anthropic-title",
+        "anthropic-tools",
+        "openai-tools",
+        "openai-finish-reason",
+        "openai-file-data",
+    ],
+)
+def test_wrong_types_are_located(fmt: str, text: str, message: str, at: str) -> None:
+    code, got, line, col = _text_error(text, fmt)
+    assert (code, got) == ("import.shape", message)
+    assert (line, col) == (1, _col(text, at))
+
+
+def test_wrong_type_of_a_claude_code_type_is_not_claude_code() -> None:
+    # Detection looks for a Claude Code "type"; an object there is no such record.
+    code, _, line, col = _text_error('{"type": {}, "sessionId": "x"}')
+    assert (code, line, col) == ("import.format", 1, 1)
+
+
+def test_repeated_tool_call_id_is_located() -> None:
+    lines = [
+        '{"type": "assistant", "sessionId": "s", "message": {"id": "a", "content": '
+        '[{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}]}}',
+        '{"type": "assistant", "sessionId": "s", "message": {"id": "b", "content": '
+        '[{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}]}}',
+    ]
+    code, message, line, col = _text_error("\n".join(lines))
+    assert code == "import.duplicate-id"
+    assert message == "message.content[0].id: tool call id 'toolu_1' is used by an earlier call"
+    assert (line, col) == (2, _col(lines[1], '"toolu_1"'))
+
+
+def test_repeated_openai_call_id_is_located() -> None:
+    call = '{"id": "call_1", "function": {"name": "bash", "arguments": "{}"}}'
+    text = json.dumps(
+        [
+            {"role": "assistant", "tool_calls": [json.loads(call)]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+            {"role": "assistant", "tool_calls": [json.loads(call)]},
+        ],
+        indent=1,
+    )
+    code, message, line, _ = _text_error(text, "openai_chat")
+    assert code == "import.duplicate-id"
+    assert message.startswith("[2].tool_calls[0].id: tool call id 'call_1'")
+    lines = text.split("\n")
+    assert line == [n for n, ln in enumerate(lines, 1) if ln.strip() == '"id": "call_1",'][1]
+
+
+@pytest.mark.parametrize("fmt", ["claude_code", "auto"])
+def test_deep_nesting_is_located(fmt: str) -> None:
+    line2 = '{"type": "user", "sessionId": "s", "toolUseResult": ' + "[" * 2000 + "]" * 2000 + "}"
+    text = '{"type": "summary", "summary": "t", "leafUuid": "u"}\n' + line2
+    code, message, line, col = _text_error(text, fmt)
+    assert code == "import.depth"
+    assert message == "toolUseResult[0][0][0][0][0][0][0]…: nested deeper than 90 levels"
+    # The record is level 1, so the 90th bracket opens level 91.
+    assert (line, col) == (2, _col(line2, "[") + 89)
+
+
+def test_nesting_that_json_reads_is_still_bounded() -> None:
+    doc = {"messages": [{"role": "user", "content": "hi", "x": "DEEP"}]}
+    text = json.dumps(doc).replace('"DEEP"', "[" * 95 + "]" * 95)
+    code, _, line, col = _text_error(text, "openai_chat")
+    assert (code, line) == ("import.depth", 1)
+    assert col == _col(text, "[[") + 87  # messages[0].x is level 4: its 88th array is level 91
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "at"),
+    [
+        ("openai_chat", r'[{"role": "user", "content": "a\ud800"}]', r'"a\ud800"'),
+        (
+            "claude_code",
+            r'{"type": "user", "sessionId": "s", "message": {"content": "\udc00"}}',
+            r'"\udc00"',
+        ),
+    ],
+)
+def test_lone_surrogates_are_located(fmt: str, text: str, at: str) -> None:
+    code, message, line, col = _text_error(text, fmt)
+    assert code == "import.surrogate"
+    assert message.endswith("holds a lone UTF-16 surrogate, which is not a character")
+    assert (line, col) == (1, _col(text, at))
+
+
+def test_nan_is_refused() -> None:
+    text = '[{"role": "assistant", "content": "x", "usage": {"prompt_tokens": NaN}}]'
+    code, message, line, col = _text_error(text, "openai_chat")
+    assert (code, message) == (
+        "import.number",
+        "[0].usage.prompt_tokens: NaN and infinities are not JSON numbers",
+    )
+    assert (line, col) == (1, _col(text, "NaN"))
+
+
+def test_bad_embedded_json_is_kept_as_text() -> None:
+    # Tool-call arguments are JSON in a string; a lone surrogate or depth inside them
+    # makes them unparsable arguments, kept verbatim, as any other broken arguments.
+    for args in [r'{"c": "\ud800"}', "[" * 2000 + "]" * 2000]:
+        text = json.dumps(
+            [
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c", "function": {"name": "b", "arguments": args}}],
+                }
+            ]
+        )
+        part = import_text(text, fmt="openai_chat").messages[0].parts[0]
+        assert part.type == "tool"
+        assert part.input == {"arguments": args}
+        assert part.metadata == {"arguments_not_json": True}
+
+
+def test_size_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kilo_rules.importers as importers
+    from kilo_rules.importers import _source, read_session
+
+    monkeypatch.setattr(importers, "MAX_BYTES", 100)
+    monkeypatch.setattr(_source, "MAX_BYTES", 100)
+    log = tmp_path / "big.json"
+    log.write_text('[{"role": "user", "content": "' + "x" * 200 + '"}]')
+    for read in (import_file, read_session):
+        with pytest.raises(ImportFormatError) as info:
+            read(log)
+        assert info.value.diagnostic.code == "import.size"
+        assert str(info.value.diagnostic.location) == f"{log}:1:1"
+    with pytest.raises(ImportFormatError, match="larger than the limit of 100 bytes"):
+        import_text(log.read_text(), fmt="openai_chat")
