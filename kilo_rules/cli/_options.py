@@ -164,7 +164,9 @@ def add_allow_read(parser: argparse.ArgumentParser) -> None:
 def read_roots(args: argparse.Namespace) -> list[Path]:
     """The directories ``KILO_RULES_READ_ROOTS`` and ``--allow-read`` add (each must be an
     existing directory: a typo would otherwise widen nothing, silently)."""
-    named = [*Settings().read_roots, *getattr(args, "allow_read", [])]
+    if not hasattr(args, "allow_read"):  # a command that reads no policy
+        return []
+    named = [*Settings().read_roots, *args.allow_read]
     roots = []
     for raw in named:
         path = Path(raw).expanduser()
