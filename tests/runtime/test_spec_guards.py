@@ -138,9 +138,7 @@ def test_tiktoken_counts_are_cached_per_message(tmp_path: Path) -> None:
 
 def test_unknown_encoding_falls_back_to_the_estimate_with_a_warning(tmp_path: Path) -> None:
     p = tmp_path / "p.yaml"
-    p.write_text(
-        "version: 1\nname: p\nextends: kilo-default\ntokens:\n  counter: model\n"
-    )
+    p.write_text("version: 1\nname: p\nextends: kilo-default\ntokens:\n  counter: model\n")
     # A policy naming the encoding is refused by check (and so by compile); a model may
     # still name one this installation lacks, and the runtime falls back for it.
     m = model(tokenizer="tiktoken:o200k_base")
