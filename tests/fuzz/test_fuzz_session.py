@@ -1,0 +1,92 @@
+"""Session v1 loading on mutated documents: a valid Session that dumps and loads back, or
+one of the package's typed errors with a location in the text; never a traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kilo_rules.errors import KiloRulesError
+from kilo_rules.importers import read_session_text
+from kilo_rules.session import dump_session, session_from_json
+from tests.fuzz.budget import FUZZ
+from tests.fuzz.mutate import dumps, mutated
+
+SESSION: dict[str, Any] = {
+    "version": 1,
+    "id": "s1",
+    "title": "fix",
+    "model": "claude-sonnet-4-5",
+    "tools": [{"name": "read", "description": "Read", "input_schema": {"type": "object"}}],
+    "metadata": {"origin": {"format": "test"}},
+    "messages": [
+        {
+            "id": "m1",
+            "role": "user",
+            "created": 1,
+            "parts": [
+                {"type": "text", "id": "p1", "text": "hi", "metadata": {"cache_control": {}}},
+                {"type": "file", "id": "p2", "mime": "image/png", "url": "data:,"},
+            ],
+        },
+        {
+            "id": "m2",
+            "role": "assistant",
+            "parent_id": "m1",
+            "finish": "tool-calls",
+            "tokens": {"input": 3, "output": 2, "cache": {"read": 1, "write": 0}},
+            "cost": 0.5,
+            "parts": [
+                {"type": "step-start", "id": "p3"},
+                {"type": "reasoning", "id": "p4", "text": "hm", "signature": "sig"},
+                {
+                    "type": "tool",
+                    "id": "p5",
+                    "call_id": "toolu_1",
+                    "tool": "read",
+                    "input": {"path": "a"},
+                    "output": "x",
+                    "time": {"start": 1, "end": 2},
+                    "attachments": [{"type": "file", "id": "p6", "mime": "image/png", "url": "u"}],
+                },
+            ],
+        },
+        {
+            "id": "m3",
+            "role": "user",
+            "parts": [{"type": "compaction", "id": "p7", "auto": True, "overflow": False}],
+        },
+    ],
+}
+
+
+def check_load(text: str) -> None:
+    """Load ``text`` both ways a session is read; assert a typed, located outcome."""
+    lines = text.count("\n") + 1
+    for load in (session_from_json, read_session_text):
+        try:
+            session = load(text)
+        except KiloRulesError as exc:
+            for diag in exc.diagnostics:
+                assert 1 <= diag.location.line <= lines
+                assert diag.location.col >= 1
+            continue
+        assert session_from_json(dump_session(session)) == session
+
+
+@FUZZ
+@given(doc=mutated(SESSION), indent=st.sampled_from([None, 1]))
+def test_mutated_sessions(doc: Any, indent: int | None) -> None:
+    check_load(dumps(doc, indent=indent))
+
+
+@FUZZ
+@given(text=st.text(alphabet='{}[]",:0 \\ud800tn', max_size=60))
+def test_random_json_like_text(text: str) -> None:
+    check_load('{"version": 1, "id": "s", "messages": [], "metadata": ' + text + "}")
+
+
+def test_the_base_session_loads() -> None:
+    assert len(session_from_json(dumps(SESSION)).messages) == 3
