@@ -231,6 +231,15 @@ def _documents(
         sandbox.check_file(named, roots, max_bytes=limits.max_bytes, what="extended policy")
     elif at is not None and not path.exists():
         raise PolicyError(_extends_not_found(ref_s, path, at))
+    elif named_file and path.exists() and not (path.is_file() or path.is_dir()):
+        # The policy the caller names may sit anywhere, but a FIFO would still block the read.
+        raise PolicyError(
+            Diagnostic(
+                "policy.not-a-regular-file",
+                f"{ref_s!r} is not a regular file; only regular files are read",
+                Location(str(path), 1, 1),
+            )
+        )
     doc = load_yaml_file(path, limits)
     if not isinstance(doc.data, dict):
         raise PolicyError(

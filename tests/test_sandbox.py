@@ -346,3 +346,10 @@ def test_instruction_files_refused_at_run_time_become_warnings(tmp_path: Path) -
         if d.rule == "instructions.file"
     ]
     assert any("outside" in w for w in warnings)
+
+
+def test_a_fifo_named_as_the_policy_is_refused_promptly(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "policy.yaml")
+    raised = _promptly(lambda: compile_policy(str(tmp_path / "policy.yaml"), MODEL))
+    assert isinstance(raised, PolicyError)
+    assert raised.diagnostic.code == "policy.not-a-regular-file"
