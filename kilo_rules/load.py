@@ -173,6 +173,8 @@ def _first_value_over_limit(text: str, limits: Limits) -> Any:
                     expecting_key.append(True)
                 elif isinstance(event, events.SequenceStartEvent):
                     expecting_key.append(None)
+                if len(expecting_key) > limits.max_depth:
+                    return None  # the composer stops here, at the exact place, as yaml.depth
             elif isinstance(event, events.CollectionEndEvent):
                 expecting_key.pop()
     except yaml.YAMLError:
