@@ -11,6 +11,7 @@ from importer_helpers import EXAMPLES, SUBAGENT, SWE_AGENT, TRAJECTORIES, shared
 
 from kilo_rules.errors import ImportFormatError
 from kilo_rules.importers import FORMATS, detect_format, import_file, import_text
+from kilo_rules.session import TextPart
 
 LOGS = [
     ("claude_code", SUBAGENT),
@@ -407,3 +408,67 @@ def test_size_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
         assert str(info.value.diagnostic.location) == f"{log}:1:1"
     with pytest.raises(ImportFormatError, match="larger than the limit of 100 bytes"):
         import_text(log.read_text(), fmt="openai_chat")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "message", "at"),
+    [
+        (
+            "anthropic_messages",
+            '[{"role": "assistant", "content": "x", "stop_reason": ["end_turn"]}]',
+            "[0].stop_reason: expected a string, found an array",
+            '["end_turn"]',
+        ),
+        (
+            "anthropic_messages",
+            '[{"role": "assistant", "content": [{"type": "thinking", "thinking": 4}]}]',
+            "[0].content[0].thinking: expected a string, found a number",
+            "4}",
+        ),
+        (
+            "anthropic_messages",
+            '[{"role": "assistant", "content": [{"type": "redacted_thinking", "data": true}]}]',
+            "[0].content[0].data: expected a string, found a boolean",
+            "true",
+        ),
+        (
+            "openhands",
+            '{"instance_id": "x", "history": [{"id": 0, "source": "agent", "action": "system", '
+            '"args": {"tools": [{"function": {"name": "t", "parameters": "none"}}]}}]}',
+            "history[0].args.tools[0].function.parameters: expected an object, found a string",
+            '"none"',
+        ),
+    ],
+    ids=["anthropic-stop-reason", "thinking-text", "redacted-data", "openhands-parameters"],
+)
+def test_fuzzer_findings_are_located(fmt: str, text: str, message: str, at: str) -> None:
+    code, got, line, col = _text_error(text, fmt)
+    assert (code, got, line, col) == ("import.shape", message, 1, _col(text, at))
+
+
+def test_fuzzer_findings_that_import() -> None:
+    # A compaction summary whose blocks hold no text strings: only text strings count.
+    summary = (
+        '{"type": "user", "sessionId": "s", "isCompactSummary": true, "message": '
+        '{"content": [{"type": "text", "text": null}, {"text": ["a"]}, {"text": "kept"}]}}'
+    )
+    part = import_text(summary, fmt="claude_code").messages[-1].parts[0]
+    assert isinstance(part, TextPart) and part.text == "kept"
+    # mini-swe-agent v1 with "choices" an object instead of an array: no reasoning, no crash.
+    v1 = {
+        "trajectory_format": "mini-swe-agent-1",
+        "messages": [
+            {"role": "assistant", "content": "x", "extra": {"response": {"choices": {"a": 1}}}}
+        ],
+    }
+    assert import_text(json.dumps(v1)).messages[0].parts[0].type == "text"
+    # Roles that are not strings: not OpenAI chat, and detection says so instead of crashing.
+    with pytest.raises(ImportFormatError) as info:
+        import_text('[{"role": ["user"], "content": "x"}]')
+    assert info.value.diagnostic.code == "import.format"
+    # A time in seconds so large that milliseconds overflow a float is no time.
+    v2 = {
+        "trajectory_format": "mini-swe-agent-1.1",
+        "messages": [{"role": "assistant", "content": "x", "extra": {"timestamp": 1e306}}],
+    }
+    assert import_text(json.dumps(v2)).messages[0].created == 0
