@@ -303,8 +303,7 @@ def _tokenizer(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
         known = ", ".join(f"tiktoken:{n}" for n in available) or "none"
         yield Diagnostic(
             "policy.unknown-tokenizer",
-            f"tokens.counter: encoding {encoding!r} is not available offline "
-            f"(available: {known})",
+            f"tokens.counter: encoding {encoding!r} is not available offline (available: {known})",
             policy.locate((*base, "tokens", "counter")),
             details={"encoding": encoding, "available": available},
             hint=f"did you mean 'tiktoken:{guess}'?"
