@@ -382,7 +382,7 @@ def typed(kind: str, depth: int) -> st.SearchStrategy[str]:
                 s,
             ),
             _p("({} {} {})", b, st.sampled_from(["and", "or", "=="]), b),
-            _p("not {}", b),
+            _p("(not {})", b),  # bare, `a == not b` would not parse
             _p("({} in l.i)", i),
             _p("(l.s contains {})", s),
             _p("({} matches {})", s, st.sampled_from(["'a.c'", "'^x'", "'(ab|c)$'", "'-'"])),
