@@ -188,12 +188,23 @@ def _offset_loc(file: str, text: str, offset: int) -> Location:
 
 
 def _character_diagnostic(ch: str, where: Location) -> Diagnostic:
-    name = unicodedata.name(ch, "") or _CONTROL_NAMES.get(ord(ch), "control character")
+    code = ord(ch)
+    name = (
+        unicodedata.name(ch, "")
+        or _CONTROL_NAMES.get(code)
+        or (
+            "lone surrogate"
+            if 0xD800 <= code <= 0xDFFF
+            else "non-character"
+            if code in (0xFFFE, 0xFFFF)
+            else "control character"
+        )
+    )
     return Diagnostic(
         "yaml.character",
-        f"character U+{ord(ch):04X} ({name}) is not allowed in a policy",
+        f"character U+{code:04X} ({name}) is not allowed in a policy",
         where,
-        details={"codepoint": ord(ch)},
+        details={"codepoint": code},
         hint="policies are plain text: remove the character (tabs and line breaks are fine)",
     )
 

@@ -103,7 +103,8 @@ def test_unreadable_file(tmp_path: Path) -> None:
         ("a: 1\n  # \x7f\n", (2, 5), "U+007F (DEL)"),
         ('a: "ring \\a"\n', (1, 4), "U+0007"),  # written as an escape
         ('a: "\\x1b[0m"\n', (1, 4), "U+001B (ESC)"),
-        ('a: "\\ud800"\n', (1, 4), "U+D800"),
+        ('a: "\\ud800"\n', (1, 4), "U+D800 (lone surrogate)"),
+        ('a: "\\uffff"\n', (1, 4), "U+FFFF (non-character)"),
     ],
 )
 def test_control_characters_are_located_errors(
