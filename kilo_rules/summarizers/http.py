@@ -2,10 +2,15 @@
 
 The head travels as one plain-text transcript (tools are not offered, so tool calls and
 results are written out as text), followed by the instruction as the final user message.
+Every request goes through :mod:`kilo_rules.net`: a total deadline per attempt, a size cap
+on the reply, the scheme, host, address and redirect rules (the configured endpoint is
+allowed by whoever builds the summarizer, a private address only with ``allow_private``).
 Timeouts, 429 and 5xx answers are retried with exponential backoff and jitter, honouring
-``Retry-After``; every failure becomes a :class:`~kilo_rules.summarize.SummarizerError`
-that says what happened and whether another attempt may help. The API key is sent only in
-its header and is blanked out of any error text.
+``Retry-After``; every failure, and every reply that is not a usable summary (not JSON,
+the wrong shape, no text, longer than ``max_summary_chars``), becomes a
+:class:`~kilo_rules.summarize.SummarizerError` that says what happened and whether another
+attempt may help. The API key is sent only in its header and is blanked out of any error
+text.
 """
 
 from __future__ import annotations
@@ -20,13 +25,18 @@ from typing import Any, Literal
 
 import httpx
 
+from ..errors import NetworkError
+from ..net import HttpReply, NetClient, NetworkSettings, Resolver, resolve_host
 from ..summarize import SummarizerError, SummaryRequest
 from ._shared import clip, transcript
 
-__all__ = ["ANTHROPIC_VERSION", "HttpSummarizer"]
+__all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_SUMMARY_CHARS", "HttpSummarizer", "reply_text"]
 
 ANTHROPIC_VERSION = "2023-06-01"
 """The ``anthropic-version`` header sent to Anthropic endpoints."""
+
+DEFAULT_MAX_SUMMARY_CHARS = 200_000
+"""The longest summary accepted (characters); a longer reply is an error, never stored."""
 
 _log = logging.getLogger(__name__)
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -74,9 +84,18 @@ class HttpSummarizer:
     Bearer``; ``kind="anthropic"`` to ``{base_url}/v1/messages`` with ``x-api-key`` and
     ``anthropic-version``. A ``base_url`` that already ends in ``/v1`` is not doubled.
 
+    The network policy is ``network`` (default: ``NetworkSettings()``, read from the
+    ``KILO_RULES_NET_*`` environment). The endpoint's own host is always allowed; set
+    ``allow_private`` when it is a local or internal server (``http://127.0.0.1:8080``), so
+    that its private or loopback address is accepted, for that host only. Each attempt has
+    a total ``deadline`` (seconds), within which ``connect_timeout`` and ``read_timeout``
+    may cut a phase shorter; the reply may hold at most ``max_reply_bytes`` (on the wire
+    and decoded) and the summary at most ``max_summary_chars``.
+
     Seams for tests and embedding: ``client`` (an ``httpx.Client`` the caller owns and
-    closes), or ``transport`` (used to build a client per call), ``sleep`` (waits between
-    attempts) and ``jitter`` (returns a float in [0, 1)).
+    closes), or ``transport`` (used to build a client per call), ``resolve`` (host name →
+    addresses), ``sleep`` (waits between attempts) and ``jitter`` (returns a float in
+    [0, 1)).
     """
 
     def __init__(
@@ -91,6 +110,11 @@ class HttpSummarizer:
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
+        deadline: float = 120.0,
+        max_reply_bytes: int = 4 * 1024 * 1024,
+        max_summary_chars: int = DEFAULT_MAX_SUMMARY_CHARS,
+        network: NetworkSettings | None = None,
+        allow_private: bool = False,
         attempts: int = 3,
         backoff: float = 1.0,
         max_backoff: float = 30.0,
@@ -98,6 +122,7 @@ class HttpSummarizer:
         headers: Mapping[str, str] | None = None,
         client: httpx.Client | None = None,
         transport: httpx.BaseTransport | None = None,
+        resolve: Resolver = resolve_host,
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,
     ) -> None:
@@ -105,6 +130,8 @@ class HttpSummarizer:
             raise ValueError(f"kind must be 'openai' or 'anthropic', not {kind!r}")
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
+        if deadline <= 0 or max_reply_bytes < 1 or max_summary_chars < 1:
+            raise ValueError("deadline, max_reply_bytes and max_summary_chars must be positive")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.kind = kind
@@ -112,14 +139,25 @@ class HttpSummarizer:
         self.system = system
         self.temperature = temperature
         self.max_tokens_field = max_tokens_field
-        self.timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.deadline = deadline
+        self.max_reply_bytes = max_reply_bytes
+        self.max_summary_chars = max_summary_chars
         self.attempts = attempts
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_retry_after = max_retry_after
         self.headers = dict(headers or {})
-        self._client = client
-        self._transport = transport
+        host = httpx.URL(self.url).host
+        self._net = NetClient(
+            network,
+            allowed_hosts=(host,),
+            private_hosts=(host,) if allow_private else (),
+            transport=transport,
+            client=client,
+            resolve=resolve,
+        )
         self._sleep = sleep
         self._jitter = jitter
 
@@ -166,17 +204,11 @@ class HttpSummarizer:
 
     def summarize(self, request: SummaryRequest) -> str:
         """Post ``request`` and return the reply's text, retrying what may pass next time."""
-        body = self.request_body(request)
-        if self._client is not None:
-            return self._attempts(self._client, body)
-        with httpx.Client(transport=self._transport, timeout=self.timeout) as client:
-            return self._attempts(client, body)
-
-    def _attempts(self, client: httpx.Client, body: dict[str, Any]) -> str:
+        body = json.dumps(self.request_body(request), ensure_ascii=False).encode("utf-8")
         attempt = 1
         while True:
             try:
-                return self._post(client, body)
+                return self._post(body)
             except SummarizerError as error:
                 if not error.retryable or attempt >= self.attempts:
                     if error.retryable and self.attempts > 1:
@@ -196,27 +228,66 @@ class HttpSummarizer:
             self._sleep(delay)
             attempt += 1
 
-    def _post(self, client: httpx.Client, body: dict[str, Any]) -> str:
+    def _post(self, body: bytes) -> str:
         """One attempt: the reply's text, or a SummarizerError saying what went wrong."""
         try:
-            response = client.post(
-                self.url, json=body, headers=self.request_headers(), timeout=self.timeout
+            reply = self._net.request(
+                "POST",
+                self.url,
+                headers=self.request_headers(),
+                content=body,
+                deadline=self.deadline,
+                max_bytes=self.max_reply_bytes,
+                connect_timeout=self.connect_timeout,
+                read_timeout=self.read_timeout,
             )
-        except httpx.TimeoutException as exc:
-            raise SummarizerError(
-                f"{self._where()}: timed out ({type(exc).__name__})",
+        except NetworkError as exc:
+            raise self._network_error(exc) from None
+        if not reply.is_success:
+            raise self._status_error(reply)
+        return reply_text(
+            reply.content,
+            self.kind,
+            max_chars=self.max_summary_chars,
+            where=self._where(),
+            redact=self._redact,
+        )
+
+    def _network_error(self, exc: NetworkError) -> SummarizerError:
+        d = exc.diagnostic
+        detail = self._redact(d.message)
+        facts = {"net": d.code}
+        if d.code == "net.deadline":
+            return SummarizerError(
+                f"{self._where()}: timed out: {detail}",
                 retryable=True,
                 code="summarizer.timeout",
-            ) from None
-        except httpx.TransportError as exc:
-            raise SummarizerError(
-                f"{self._where()}: request failed: {self._redact(str(exc))}",
+                details=facts,
+            )
+        if d.code == "net.transport":
+            return SummarizerError(
+                f"{self._where()}: request failed: {detail}",
                 retryable=True,
                 code="summarizer.network",
-            ) from None
-        if not response.is_success:
-            raise self._status_error(response)
-        return self._text(response)
+                details=facts,
+            )
+        if d.code == "net.too-large":
+            return SummarizerError(
+                f"{self._where()}: the reply is too large: {detail}",
+                code="summarizer.too-large",
+                details={**facts, "max_bytes": self.max_reply_bytes},
+            )
+        if d.code == "net.encoding":
+            return SummarizerError(
+                f"{self._where()}: unreadable reply: {detail}",
+                code="summarizer.response",
+                details=facts,
+            )
+        return SummarizerError(
+            f"{self._where()}: refused by the network policy: {detail}",
+            code="summarizer.refused",
+            details=facts,
+        )
 
     def _delay(self, attempt: int) -> float:
         # "Equal jitter": half the exponential step is fixed, half random, so concurrent
@@ -230,9 +301,9 @@ class HttpSummarizer:
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, "[api key]") if self._api_key else text
 
-    def _status_error(self, response: httpx.Response) -> _StatusError:
-        status = response.status_code
-        detail = self._redact(_provider_message(response))
+    def _status_error(self, reply: HttpReply) -> _StatusError:
+        status = reply.status_code
+        detail = self._redact(_provider_message(reply.content))
         low = detail.lower()
         overflow = status == 413 or (status == 400 and any(w in low for w in _OVERFLOW_WORDS))
         return _StatusError(
@@ -240,35 +311,72 @@ class HttpSummarizer:
             retryable=status in _RETRY_STATUS or status >= 500,
             overflow=overflow,
             status=status,
-            retry_after=_retry_after(response),
+            retry_after=_retry_after(reply),
         )
 
-    def _text(self, response: httpx.Response) -> str:
-        try:
-            data = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SummarizerError(
-                f"{self._where()}: the response is not JSON ({exc}): "
-                f"{self._redact(clip(response.text, 200))!r}",
-                code="summarizer.response",
-            ) from None
-        text = _anthropic_text(data) if self.kind == "anthropic" else _openai_text(data)
-        if not text.strip():
-            raise SummarizerError(
-                f"{self._where()}: the response has no text: "
-                f"{self._redact(clip(json.dumps(data), 300))}",
-                code="summarizer.response",
-            )
-        return text.strip()
+
+def _no_redaction(text: str) -> str:
+    return text
+
+
+def _load_json(content: bytes) -> tuple[bool, Any]:
+    """(parsed, value): JSON that fails to parse, or nests deeper than the interpreter's
+    recursion limit, is (False, reason)."""
+    try:
+        return True, json.loads(content)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return False, str(exc)
+    except RecursionError:
+        return False, "nested too deeply"
+
+
+def _bad(where: str, message: str, content: bytes, redact: Callable[[str], str]) -> SummarizerError:
+    sample = redact(clip(content[:600].decode("utf-8", "replace"), 200))
+    return SummarizerError(f"{where}: {message}: {sample!r}", code="summarizer.response")
+
+
+def reply_text(
+    content: bytes,
+    kind: Literal["openai", "anthropic"],
+    *,
+    max_chars: int = DEFAULT_MAX_SUMMARY_CHARS,
+    where: str = "summarizer",
+    redact: Callable[[str], str] = _no_redaction,
+) -> str:
+    """The summary in a successful reply body, stripped; anything else is a
+    :class:`~kilo_rules.summarize.SummarizerError` (``summarizer.response``: not JSON, the
+    wrong shape, a text part that is not a string, no text; ``summarizer.too-long``: more
+    than ``max_chars`` characters)."""
+    ok, data = _load_json(content)
+    if not ok:
+        raise _bad(where, f"the response is not JSON ({data})", content, redact)
+    try:
+        text = _anthropic_text(data) if kind == "anthropic" else _openai_text(data)
+    except _ShapeError as exc:
+        raise _bad(where, str(exc), content, redact) from None
+    text = text.strip()
+    if not text:
+        raise _bad(where, "the response has no text", content, redact)
+    if len(text) > max_chars:
+        raise SummarizerError(
+            f"{where}: the summary is {len(text)} characters long, more than {max_chars}",
+            code="summarizer.too-long",
+            details={"chars": len(text), "max_chars": max_chars},
+        )
+    return text
+
+
+class _ShapeError(Exception):
+    """A reply whose text parts are not what the API documents."""
 
 
 def _openai_text(data: Any) -> str:
-    try:
-        content = data["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        return ""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, list):  # some compatible servers answer with content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return _parts(content, lambda p: True)
     return content if isinstance(content, str) else ""
 
 
@@ -276,29 +384,39 @@ def _anthropic_text(data: Any) -> str:
     blocks = data.get("content") if isinstance(data, dict) else None
     if not isinstance(blocks, list):
         return ""
-    return "".join(
-        b["text"]
-        for b in blocks
-        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-    )
+    return _parts(blocks, lambda b: b.get("type") == "text")
 
 
-def _provider_message(response: httpx.Response) -> str:
+def _parts(parts: list[Any], wanted: Callable[[dict[str, Any]], bool]) -> str:
+    out: list[str] = []
+    for part in parts:
+        if not isinstance(part, dict) or not wanted(part) or "text" not in part:
+            continue
+        text = part["text"]
+        if not isinstance(text, str):
+            raise _ShapeError(f"a text part holds {type(text).__name__}, not a string")
+        out.append(text)
+    return "".join(out)
+
+
+def _provider_message(content: bytes) -> str:
     """The provider's own error text: ``error.message`` in both APIs, else the raw body."""
-    try:
-        data = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return clip(" ".join(response.text.split()), 500)
+    raw = clip(" ".join(content[:2000].decode("utf-8", "replace").split()), 500)
+    ok, data = _load_json(content)
+    if not ok:
+        return raw
     err = data.get("error") if isinstance(data, dict) else None
     if isinstance(err, dict):
-        parts = [str(err[k]) for k in ("type", "code", "message") if err.get(k)]
-        return clip(": ".join(dict.fromkeys(parts)), 500)
+        parts = [
+            str(err[k]) for k in ("type", "code", "message") if isinstance(err.get(k), str | int)
+        ]
+        return clip(": ".join(dict.fromkeys(p for p in parts if p)), 500) or raw
     if isinstance(err, str):
         return clip(err, 500)
-    return clip(json.dumps(data), 500)
+    return raw
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(response: HttpReply) -> float | None:
     """``Retry-After`` as seconds (delta or HTTP date), on the statuses that may send it."""
     if response.status_code not in (429, 503, 529):
         return None

@@ -183,7 +183,11 @@ def server() -> Iterator[str]:
     httpd.server_close()
 
 
-def test_instruction_urls_fetched_and_failures_become_warnings(server: str, tmp_path: Path) -> None:
+def test_instruction_urls_fetched_and_failures_become_warnings(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The operator allows the local server's loopback address (refused by default).
+    monkeypatch.setenv("KILO_RULES_NET_PRIVATE_HOSTS", "127.0.0.1")
     settings = Instructions(
         urls=(f"{server}/rules.md", f"{server}/missing.md", f"{server}/big.md"),
         url_timeout_seconds=5.0,
@@ -198,3 +202,4 @@ def test_instruction_urls_fetched_and_failures_become_warnings(server: str, tmp_
     assert len(warnings) == 2
     assert "404" in warnings[0]["warning"]
     assert "larger than 1000 bytes" in warnings[1]["warning"]
+    assert [w["code"] for w in warnings] == ["net.status", "net.too-large"]

@@ -56,7 +56,12 @@ class Sleeps(list[float]):
 
 
 def make(server: ScriptedServer, kind: Kind, sleeps: Sleeps, **kw: Any) -> HttpSummarizer:
-    opts: dict[str, Any] = {"api_key": KEY, "sleep": sleeps, "jitter": lambda: 0.5}
+    opts: dict[str, Any] = {
+        "api_key": KEY,
+        "sleep": sleeps,
+        "jitter": lambda: 0.5,
+        "allow_private": True,  # the test server listens on 127.0.0.1
+    }
     opts.update(kw)
     return HttpSummarizer(server.base_url, "test-model", kind=kind, **opts)
 
@@ -113,6 +118,7 @@ def test_openai_options_and_v1_base_url(server: ScriptedServer) -> None:
         max_tokens_field="max_completion_tokens",
         system="sys",
         headers={"x-extra": "1"},
+        allow_private=True,
     )
     summarizer.summarize(SummaryRequest("go", (), 100))
     [got] = server.received
@@ -279,7 +285,9 @@ def test_connection_refused_is_retryable() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     sleeps = Sleeps()
-    summarizer = HttpSummarizer(f"http://127.0.0.1:{port}", "m", attempts=2, sleep=sleeps)
+    summarizer = HttpSummarizer(
+        f"http://127.0.0.1:{port}", "m", attempts=2, sleep=sleeps, allow_private=True
+    )
     with pytest.raises(SummarizerError, match="request failed") as info:
         summarizer.summarize(REQUEST)
     assert info.value.retryable and len(sleeps) == 1
@@ -293,11 +301,19 @@ def test_injected_client_and_transport() -> None:
         seen.append(request)
         return httpx.Response(200, json={"content": [{"type": "text", "text": "ok"}]})
 
+    def resolve(host: str, timeout: float) -> list[str]:
+        assert host == "api.example"
+        return ["93.184.215.14"]  # a public address: the policy checks it before sending
+
     transport = httpx.MockTransport(handler)
-    by_transport = HttpSummarizer("https://api.example", "m", kind="anthropic", transport=transport)
+    by_transport = HttpSummarizer(
+        "https://api.example", "m", kind="anthropic", transport=transport, resolve=resolve
+    )
     assert by_transport.summarize(REQUEST) == "ok"
     with httpx.Client(transport=transport) as client:
-        by_client = HttpSummarizer("https://api.example", "m", kind="anthropic", client=client)
+        by_client = HttpSummarizer(
+            "https://api.example", "m", kind="anthropic", client=client, resolve=resolve
+        )
         assert by_client.summarize(REQUEST) == "ok"
         assert not client.is_closed  # the caller owns it
     assert [str(r.url) for r in seen] == ["https://api.example/v1/messages"] * 2
