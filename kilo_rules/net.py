@@ -398,7 +398,10 @@ class NetClient:
             if isinstance(reply, HttpReply):
                 return reply
             status, location = reply
-            target = httpx.URL(current).join(location)
+            try:
+                target = httpx.URL(current).join(location)
+            except httpx.InvalidURL as exc:
+                raise _fail("net.redirect", f"{url}: bad redirect location ({exc})", url) from None
             if httpx.URL(current).scheme == "https" and target.scheme == "http":
                 raise _fail(
                     "net.redirect",
