@@ -13,7 +13,8 @@ each call is held to the same rules, typed once in :class:`NetworkSettings`:
 - redirects are followed by hand, at most ``max_redirects`` hops, each target checked again
   (and never from https down to http); caller headers do not follow a redirect elsewhere;
 - one total deadline per call, across resolution, connect, every redirect and every chunk
-  of the body: httpx is given only the time that is left;
+  of the body: httpx is given only the time that is left, and a watchdog shuts the socket
+  down when the deadline passes, so not even a read already waiting can outlast it;
 - one size cap, enforced on the bytes on the wire and, separately, on the bytes after
   ``gzip``/``deflate`` decoding, while streaming: a decompression bomb stops at the cap.
 
@@ -28,6 +29,7 @@ that a URL is not fetched again on every step.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 import threading
@@ -495,11 +497,13 @@ class NetClient:
         client = self._client or httpx.Client(
             transport=self._transport, follow_redirects=False, trust_env=False
         )
+        watchdog = _Watchdog(clock.left())
         try:
             request = client.build_request(
                 method, target, headers=headers, content=content, timeout=timeout
             )
             request.extensions.update(extensions)
+            request.extensions["trace"] = watchdog.trace
             response = client.send(request, stream=True, follow_redirects=False)
             try:
                 location = response.headers.get("location")
@@ -516,12 +520,58 @@ class NetClient:
         except (httpx.ConnectError, NetworkError):
             raise
         except httpx.HTTPError as exc:
+            if watchdog.fired:
+                raise clock.expired() from None
             raise _fail(
                 "net.transport", f"{url}: {type(exc).__name__}: {exc}", url, error=str(exc)
             ) from None
         finally:
+            watchdog.cancel()
             if owned:
                 client.close()
+
+
+class _Watchdog:
+    """Shuts the call's socket down when its total deadline passes.
+
+    httpx applies one read timeout to every read, fixed when the request goes out, so a
+    read that starts just before the deadline could wait that long again. The watchdog
+    learns the connection from httpcore's trace events and, at the deadline, shuts the
+    socket down from a timer thread, which ends a blocked read at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        if event.endswith(("connect_tcp.complete", "start_tls.complete")):
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if isinstance(sock, socket.socket):
+                with self._lock:
+                    self._sockets.append(sock)
+                    late = self.fired
+                if late:
+                    self._shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # already closed: nothing left to stop
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def _too_large(url: str, limit: int, what: str) -> NetworkError:

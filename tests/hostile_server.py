@@ -96,6 +96,15 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 self.wfile.write(b"x")
                 self.wfile.flush()
+        elif route == "stall":
+            # Headers and one byte just before a 1 s deadline, then nothing: a per-read
+            # timeout set when the request went out would wait ~1 s more.
+            if self.server.stop.wait(0.8):
+                return
+            self._head(200, 1000, "text/plain")
+            self.wfile.write(b"x")
+            self.wfile.flush()
+            self.server.stop.wait(10)
         elif route == "bomb":
             data = bomb()
             self._head(200, len(data), "application/json", {"content-encoding": "gzip"})

@@ -151,6 +151,14 @@ def test_a_drip_is_cut_by_the_total_deadline(hostile: HostileServer) -> None:
     assert 0.9 <= took < 2.0  # one byte every 0.2 s would take 200 s
 
 
+def test_the_deadline_holds_when_a_read_stalls_near_its_end(hostile: HostileServer) -> None:
+    start = time.monotonic()
+    with pytest.raises(NetworkError) as info:
+        NetClient(LOCAL).get_text(f"{hostile.base_url}/stall", deadline=1.0)
+    assert code_of(info) == "net.deadline"
+    assert elapsed(start) < 1.4  # the read after the first byte is cut at the deadline
+
+
 def test_a_gzip_bomb_stops_at_the_decoded_cap(hostile: HostileServer) -> None:
     tracemalloc.start()
     try:
