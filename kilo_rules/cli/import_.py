@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ..errors import Diagnostic, ImportFormatError, KiloRulesError, Location
 from ..importers import FORMATS, import_text
-from ..importers._source import decode
-from ..session import dump_session
+from ..importers._source import decode, fail_size
+from ..session import MAX_BYTES, dump_session
 from . import _options as opt
 from ._runner import EXIT_OK, report
 
@@ -59,9 +59,16 @@ def run(args: argparse.Namespace) -> int:
     """Import the log and write the session."""
     name = "<stdin>" if args.file == "-" else str(args.file)
     try:
-        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        # At most one byte past the cap, from a file or a pipe alike.
+        if args.file == "-":
+            data = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            with Path(args.file).open("rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise _io_error("io.read", name, "read", exc) from exc
+    if len(data) > MAX_BYTES:
+        fail_size(name)
     text = ""
     try:
         text = decode(data, name)

@@ -106,3 +106,25 @@ def test_a_log_that_cannot_be_imported_exits_like_every_diagnostic(
     bad.write_text('{"nothing": "to see"}', encoding="utf-8")
     assert _run([str(bad)]) == EXIT_DIAGNOSTICS == 1
     assert "error[import.format]" in capsys.readouterr().err
+
+
+def test_a_log_over_the_cap_is_refused_without_reading_it_whole(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import kilo_rules.cli.import_ as command
+
+    class Stdin:
+        def __init__(self) -> None:
+            self.buffer = self
+            self.asked: list[int] = []
+
+        def read(self, size: int = -1) -> bytes:
+            self.asked.append(size)
+            return b"[" + b" " * (size if size > 0 else 10_000)
+
+    stdin = Stdin()
+    monkeypatch.setattr(command, "MAX_BYTES", 1_000)
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert _run(["-"]) == EXIT_DIAGNOSTICS
+    assert stdin.asked == [1_001]
+    assert "import.size" in capsys.readouterr().err
