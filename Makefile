@@ -22,9 +22,16 @@ test: $(BIN)/kilo-rules
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
-# Every untrusted surface with 10^5 generated inputs (make test runs a derandomised few).
+# Every untrusted surface with 10^5 generated inputs, shared among the surface's tests
+# (make test runs a derandomised few). Each importer is a surface of its own.
+FUZZ_RUN = $(BIN)/pytest -q -p no:cacheprovider
 fuzz: $(BIN)/kilo-rules
-	KILO_RULES_FUZZ_EXAMPLES=$${KILO_RULES_FUZZ_EXAMPLES:-100000} $(BIN)/pytest -q tests/fuzz -p no:cacheprovider
+	KILO_RULES_FUZZ_EXAMPLES=16667  $(FUZZ_RUN) tests/fuzz/test_fuzz_policy.py      # 6 tests
+	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_expr.py        # 4 tests
+	KILO_RULES_FUZZ_EXAMPLES=100000 $(FUZZ_RUN) tests/fuzz/test_fuzz_config.py      # 1 test
+	KILO_RULES_FUZZ_EXAMPLES=50000  $(FUZZ_RUN) tests/fuzz/test_fuzz_session.py     # 2 tests
+	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_summarizer.py  # 3 tests
+	KILO_RULES_FUZZ_EXAMPLES=100000 $(FUZZ_RUN) tests/fuzz/test_fuzz_importers.py   # 1 per importer
 
 bench: $(BIN)/kilo-rules
 	$(BIN)/python benchmarks/bench_expr.py
