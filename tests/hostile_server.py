@@ -18,6 +18,7 @@ Every request is counted per segment in ``server.hits``; ``server.host_headers``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -26,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterator
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -150,19 +151,29 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def hostile() -> Iterator[HostileServer]:
-    """A running :class:`HostileServer`, stopped after the test."""
-    srv = HostileServer()
+S = TypeVar("S", bound=ThreadingHTTPServer)
+
+
+@contextlib.contextmanager
+def running(srv: S) -> Iterator[S]:
+    """Serve ``srv`` on a thread; on the way out wake its handlers (``srv.stop``, an
+    Event), then shut it down and close it."""
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
         yield srv
     finally:
-        srv.stop.set()
+        srv.stop.set()  # type: ignore[attr-defined]
         srv.shutdown()
         srv.server_close()
         thread.join(5)
+
+
+@pytest.fixture
+def hostile() -> Iterator[HostileServer]:
+    """A running :class:`HostileServer`, stopped after the test."""
+    with running(HostileServer()) as srv:
+        yield srv
 
 
 def elapsed(start: float) -> float:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.hostile_server import running
+
 
 @dataclass
 class Reply:
@@ -94,13 +96,5 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[ScriptedServer]:
     """A running :class:`ScriptedServer`, shut down and closed after the test."""
-    srv = ScriptedServer()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with running(ScriptedServer()) as srv:
         yield srv
-    finally:
-        srv.stop.set()
-        srv.shutdown()
-        srv.server_close()
-        thread.join(5)
