@@ -8,6 +8,7 @@ from typing import Any
 from kilo_rules.compile import compile_policy
 from kilo_rules.plan import Plan
 from kilo_rules.runtime.measure import messages_json
+from kilo_rules.session import Session, TokenUsage
 from kilo_rules.summarize import SummarizerError, SummaryRequest
 
 from ..runtime.helpers import assistant, model, session, text, tool, user
@@ -74,3 +75,15 @@ def derived(tmp_path: Any, body: str, context: int = 20_000, output: int = 10_00
 def chars(tokens: int) -> str:
     """A text that the estimate counts as ``tokens`` tokens."""
     return "x" * (4 * tokens)
+
+
+def three_turns(count: int) -> Session:
+    """Three user turns whose last answer reports ``count`` tokens of usage."""
+    return session(
+        user("u1", "first"),
+        assistant("a1", text("a1t", chars(3_000))),
+        user("u2", "second"),
+        assistant("a2", text("a2t", chars(3_000))),
+        user("u3", "third"),
+        assistant("a3", text("a3t", "ok"), tokens=TokenUsage(input=count - 100, output=100)),
+    )

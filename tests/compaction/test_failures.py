@@ -10,10 +10,9 @@ import pytest
 from kilo_rules.errors import ContextOverflowError
 from kilo_rules.runtime.facade import Runtime
 from kilo_rules.runtime.mutations import missing
-from kilo_rules.session import Session, TokenUsage
 from kilo_rules.summarize import SummarizerError, SummaryRequest
 
-from .helpers import FakeSummarizer, assistant, chars, plan_for, session, text, user
+from .helpers import FakeSummarizer, plan_for, three_turns
 
 PLAN = plan_for(20_000, 10_000, output_token_max=2_000)  # usable = limit = 18 000
 
@@ -33,21 +32,10 @@ class Flaky(FakeSummarizer):
         return super().summarize(request)
 
 
-def _session(count: int = 100) -> Session:
-    return session(
-        user("u1", "first"),
-        assistant("a1", text("a1t", chars(3_000))),
-        user("u2", "second"),
-        assistant("a2", text("a2t", chars(3_000))),
-        user("u3", "third"),
-        assistant("a3", text("a3t", "ok"), tokens=TokenUsage(input=count - 100, output=100)),
-    )
-
-
 def test_failed_summaries_use_up_no_attempt() -> None:
     summarizer = Flaky(failures=3)
     runtime = Runtime(PLAN, summarizer)
-    s = _session(18_000)  # over the limit: every step must compact
+    s = three_turns(18_000)  # over the limit: every step must compact
     for _ in range(3):  # three transient failures, as many as max_attempts
         with pytest.raises(SummarizerError):
             runtime.step(s)
@@ -58,7 +46,7 @@ def test_failed_summaries_use_up_no_attempt() -> None:
 
 def test_a_failed_summary_keeps_the_overflow_report() -> None:
     runtime = Runtime(PLAN, Flaky(failures=1))
-    s = _session()
+    s = three_turns(100)
     runtime.overflowed(s)
     with pytest.raises(SummarizerError):
         runtime.step(s)
@@ -71,7 +59,7 @@ def test_a_failed_summary_keeps_the_overflow_report() -> None:
 
 
 def test_the_session_is_intact_after_a_failure() -> None:
-    s = _session(18_000)
+    s = three_turns(18_000)
     before = copy.deepcopy(s)
     runtime = Runtime(PLAN, Flaky(failures=1))
     with pytest.raises(SummarizerError):
@@ -83,7 +71,7 @@ def test_the_session_is_intact_after_a_failure() -> None:
 
 def test_attempts_still_run_out_when_compaction_cannot_help() -> None:
     runtime = Runtime(PLAN, FakeSummarizer())
-    s = _session()
+    s = three_turns(100)
     for _ in range(3):
         runtime.overflowed(s)
         s = runtime.step(s).session

@@ -13,27 +13,27 @@ from kilo_rules.runtime.history import project
 from kilo_rules.runtime.mutations import MutationError, apply_mutations, missing, restore
 from kilo_rules.session import Session, TokenUsage
 
-from .helpers import FakeSummarizer, assistant, chars, derived, plan_for, session, text, tool, user
+from .helpers import (
+    FakeSummarizer,
+    assistant,
+    chars,
+    derived,
+    plan_for,
+    session,
+    text,
+    three_turns,
+    tool,
+    user,
+)
 
 PLAN = plan_for(20_000, 10_000, output_token_max=2_000)  # usable = limit = 18 000
 
 
-def _session(count: int) -> Session:
-    return session(
-        user("u1", "first"),
-        assistant("a1", text("a1t", chars(3_000))),
-        user("u2", "second"),
-        assistant("a2", text("a2t", chars(3_000))),
-        user("u3", "third"),
-        assistant("a3", text("a3t", "ok"), tokens=TokenUsage(input=count - 100, output=100)),
-    )
-
-
 def test_spec_3_runtime_compacts_when_the_count_reaches_the_limit() -> None:
     runtime = Runtime(PLAN, FakeSummarizer())
-    below = runtime.step(_session(17_999))
+    below = runtime.step(three_turns(17_999))
     assert below.compactions == 0 and below.turn.compaction_needed is None
-    at = runtime.step(_session(18_000))  # count >= limit
+    at = runtime.step(three_turns(18_000))  # count >= limit
     assert at.compactions == 1
     first = at.request["messages"][0]["content"][0]["text"]
     assert first == "What did we do so far?"
@@ -43,7 +43,7 @@ def test_spec_3_runtime_compacts_when_the_count_reaches_the_limit() -> None:
 def test_spec_7_5_usage_compaction_is_not_rechecked_against_the_tail() -> None:
     # After the compaction the newest finished assistant is the summary, so Kilo does not
     # check the (pre-compaction) usage of the tail's assistant again.
-    result = Runtime(PLAN, FakeSummarizer()).step(_session(18_000))
+    result = Runtime(PLAN, FakeSummarizer()).step(three_turns(18_000))
     assert result.compactions == 1
     again = apply_plan(PLAN, result.session)
     assert again.compaction_needed is None
@@ -51,7 +51,7 @@ def test_spec_7_5_usage_compaction_is_not_rechecked_against_the_tail() -> None:
 
 
 def test_step_result_session_is_the_session_with_the_mutations() -> None:
-    s = _session(18_000)
+    s = three_turns(18_000)
     result = Runtime(PLAN, FakeSummarizer()).step(s)
     assert result.session == apply_mutations(s, result.mutations)
     assert missing(s, result.session) == []
@@ -60,7 +60,7 @@ def test_step_result_session_is_the_session_with_the_mutations() -> None:
 def test_spec_8_max_compaction_attempts() -> None:
     # Kilo's test: 4 overflow errors and 3 summaries, then "Compaction exhausted".
     runtime = Runtime(PLAN, FakeSummarizer())
-    s = _session(100)
+    s = three_turns(100)
     for attempt in range(3):
         runtime.overflowed(s)
         result = runtime.step(s)
@@ -77,7 +77,7 @@ def test_spec_8_max_compaction_attempts() -> None:
 
 def test_spec_8_attempts_are_counted_per_user_turn() -> None:
     runtime = Runtime(PLAN, FakeSummarizer())
-    s = _session(100)
+    s = three_turns(100)
     for _ in range(3):
         runtime.overflowed(s)
         s = runtime.step(s).session
@@ -89,7 +89,7 @@ def test_spec_8_attempts_are_counted_per_user_turn() -> None:
 
 def test_provider_overflow_compacts_in_overflow_mode_and_replays() -> None:
     runtime = Runtime(PLAN, FakeSummarizer())
-    s = _session(100)
+    s = three_turns(100)
     runtime.overflowed(s)
     result = runtime.step(s)
     added = [m["message"] for m in result.mutations if m["op"] == "add_message"]
@@ -111,7 +111,7 @@ def test_runtime_runs_normal_prune_when_the_policy_enables_it(tmp_path: Path) ->
 
 
 def test_apply_mutations_rejects_unknown_ops_and_missing_targets() -> None:
-    s = _session(100)
+    s = three_turns(100)
     with pytest.raises(MutationError) as err:
         apply_mutations(s, [{"op": "delete_message", "message_id": "u1"}])
     assert err.value.diagnostic.code == "mutation.op"
@@ -121,7 +121,7 @@ def test_apply_mutations_rejects_unknown_ops_and_missing_targets() -> None:
 
 
 def test_apply_mutations_is_idempotent_and_restore_recovers_the_original() -> None:
-    s = _session(18_000)
+    s = three_turns(18_000)
     result = Runtime(PLAN, FakeSummarizer()).step(s)
     twice = apply_mutations(result.session, result.mutations)
     assert twice == result.session
@@ -131,13 +131,13 @@ def test_apply_mutations_is_idempotent_and_restore_recovers_the_original() -> No
 
 
 def test_missing_reports_a_changed_or_dropped_message() -> None:
-    s = _session(100)
+    s = three_turns(100)
     changed = s.model_copy(update={"messages": [user("u1", "edited"), *s.messages[1:5]]})
     assert missing(s, changed) == ["message u1 changed", "message a3"]
 
 
 def test_view_after_step_has_the_summary_first() -> None:
-    result = Runtime(PLAN, FakeSummarizer()).step(_session(18_000))
+    result = Runtime(PLAN, FakeSummarizer()).step(three_turns(18_000))
     view = project(result.session.messages)
     assert view[1].summary and view[0].metadata["kilo_rules"] == "compaction-request"
 
