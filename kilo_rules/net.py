@@ -30,6 +30,7 @@ that a URL is not fetched again on every step.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ipaddress
 import socket
 import threading
@@ -53,7 +54,9 @@ __all__ = [
     "Resolver",
     "UrlCache",
     "is_public_address",
+    "network_settings",
     "resolve_host",
+    "use_network",
 ]
 
 _WHERE = Location("<network>", 1, 1)
@@ -118,6 +121,30 @@ class NetworkSettings(BaseSettings):
     @classmethod
     def _lower(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(v.strip().lower().rstrip(".") for v in value)
+
+
+_IN_FORCE: contextvars.ContextVar[NetworkSettings | None] = contextvars.ContextVar(
+    "kilo_rules_network", default=None
+)
+
+
+def network_settings() -> NetworkSettings:
+    """The network policy in force: the one set by :func:`use_network` around the current
+    call (the CLI sets ``NetworkSettings()``, read from ``KILO_RULES_NET_*``), else the
+    defaults. The library itself never reads the environment."""
+    settings = _IN_FORCE.get()
+    return settings if settings is not None else NetworkSettings.model_construct()
+
+
+@contextlib.contextmanager
+def use_network(settings: NetworkSettings) -> Iterator[NetworkSettings]:
+    """Within the ``with`` block, every fetch that is not given its own policy (instruction
+    URLs, a summarizer built without ``network=``) follows ``settings``."""
+    token = _IN_FORCE.set(settings)
+    try:
+        yield settings
+    finally:
+        _IN_FORCE.reset(token)
 
 
 def _fail(code: str, message: str, url: str, **details: Any) -> NetworkError:
@@ -281,7 +308,7 @@ class NetClient:
         resolve: Resolver = resolve_host,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        base = settings if settings is not None else NetworkSettings()
+        base = settings if settings is not None else network_settings()
         extra_private = tuple(h.lower().rstrip(".") for h in private_hosts)
         extra_allowed = tuple(h.lower().rstrip(".") for h in allowed_hosts)
         self.settings = base.model_copy(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -13,7 +14,14 @@ import pytest
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.errors import KiloRulesError, NetworkError
-from kilo_rules.net import NetClient, NetworkSettings, UrlCache, is_public_address
+from kilo_rules.net import (
+    NetClient,
+    NetworkSettings,
+    UrlCache,
+    is_public_address,
+    network_settings,
+    use_network,
+)
 from kilo_rules.policy import Instructions
 from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput, Workspace
@@ -352,9 +360,10 @@ def url_warnings(settings: Instructions) -> list[dict[str, object]]:
 
 
 @pytest.fixture
-def local_ok(monkeypatch: pytest.MonkeyPatch) -> None:
+def local_ok() -> Iterator[None]:
     """The operator allows the test server's loopback address."""
-    monkeypatch.setenv("KILO_RULES_NET_PRIVATE_HOSTS", "127.0.0.1")
+    with use_network(NetworkSettings(private_hosts=("127.0.0.1",))):
+        yield
 
 
 def test_instruction_url_on_loopback_is_refused_by_default(hostile: HostileServer) -> None:
@@ -366,8 +375,8 @@ def test_instruction_url_on_loopback_is_refused_by_default(hostile: HostileServe
 def test_instruction_url_allowed_by_the_operator(
     hostile: HostileServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KILO_RULES_NET_ALLOW_PRIVATE", "true")
-    text, loaded, _ = instructions_text(instructions(f"{hostile.base_url}/text"), StepInput())
+    with use_network(NetworkSettings(allow_private=True)):
+        text, loaded, _ = instructions_text(instructions(f"{hostile.base_url}/text"), StepInput())
     assert loaded == [f"{hostile.base_url}/text"]
     assert text.endswith("\nUse tabs.")
 
@@ -448,3 +457,11 @@ def test_a_hanging_instruction_url_costs_one_deadline_not_one_per_step(
     assert hostile.hits["drip"] == 1
     assert all(len(s) == 1 for s in steps)  # every step still records the warning
     assert {s[0].severity for s in steps} == {"warning"}
+
+
+def test_the_library_reads_no_environment_the_cli_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KILO_RULES_NET_ALLOW_PRIVATE", "true")
+    assert network_settings().allow_private is False  # a program passes its own policy
+    with use_network(NetworkSettings()):  # what the CLI does around every command
+        assert network_settings().allow_private is True
+    assert network_settings() == NetworkSettings.model_construct()

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
+from ..net import NetworkSettings, use_network
 from ..sandbox import allow_read
 from . import build, check, demo, import_, models, plan, schema, simulate
 from ._options import read_roots
@@ -88,5 +89,6 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
 def _handle(args: argparse.Namespace) -> int:
     # Every command reads policies under the same roots, set once here rather than passed
     # to each check and compile call.
-    with allow_read(read_roots(args)):
+    # The same for the network policy: read from KILO_RULES_NET_* here, never by the library.
+    with allow_read(read_roots(args)), use_network(NetworkSettings()):
         return int(args.handler(args))

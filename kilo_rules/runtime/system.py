@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checks import MAX_FILE_BYTES, instruction_path_problem
 from ..errors import NetworkError
-from ..net import NetClient, NetworkSettings, UrlCache
+from ..net import NetClient, UrlCache, network_settings
 from ..plan import LayerPlan
 from ..policy import Instructions
 from .context import StepInput, Workspace
@@ -151,10 +151,10 @@ URL_CACHE: UrlCache[str] = UrlCache(256, negative_ttl=NEGATIVE_TTL_SECONDS)
 
 
 def fetch_url(url: str, timeout: float, max_bytes: int) -> str:
-    """GET an instruction URL under the network policy (``KILO_RULES_NET_*``): ``timeout``
-    is the total deadline of the call and ``max_bytes`` the size cap, on the wire and
-    decoded. Raises :class:`~kilo_rules.errors.NetworkError`."""
-    return NetClient(NetworkSettings()).get_text(url, deadline=timeout, max_bytes=max_bytes)
+    """GET an instruction URL under the network policy in force (``net.use_network``):
+    ``timeout`` is the total deadline of the call and ``max_bytes`` the size cap, on the
+    wire and decoded. Raises :class:`~kilo_rules.errors.NetworkError`."""
+    return NetClient(network_settings()).get_text(url, deadline=timeout, max_bytes=max_bytes)
 
 
 def instructions_text(

@@ -84,8 +84,8 @@ class HttpSummarizer:
     Bearer``; ``kind="anthropic"`` to ``{base_url}/v1/messages`` with ``x-api-key`` and
     ``anthropic-version``. A ``base_url`` that already ends in ``/v1`` is not doubled.
 
-    The network policy is ``network`` (default: ``NetworkSettings()``, read from the
-    ``KILO_RULES_NET_*`` environment). The endpoint's own host is always allowed; set
+    The network policy is ``network`` (default: the one in force, ``net.use_network``;
+    the CLI reads it from ``KILO_RULES_NET_*``). The endpoint's own host is always allowed; set
     ``allow_private`` when it is a local or internal server (``http://127.0.0.1:8080``), so
     that its private or loopback address is accepted, for that host only. Each attempt has
     a total ``deadline`` (seconds), within which ``connect_timeout`` and ``read_timeout``

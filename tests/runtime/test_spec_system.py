@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kilo_rules.compile import compile_policy
+from kilo_rules.net import NetworkSettings, use_network
 from kilo_rules.policy import Instructions
 from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import Agent, Skill, StepInput, Workspace
@@ -183,19 +184,17 @@ def server() -> Iterator[str]:
     httpd.server_close()
 
 
-def test_instruction_urls_fetched_and_failures_become_warnings(
-    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The operator allows the local server's loopback address (refused by default).
-    monkeypatch.setenv("KILO_RULES_NET_PRIVATE_HOSTS", "127.0.0.1")
+def test_instruction_urls_fetched_and_failures_become_warnings(server: str, tmp_path: Path) -> None:
     settings = Instructions(
         urls=(f"{server}/rules.md", f"{server}/missing.md", f"{server}/big.md"),
         url_timeout_seconds=5.0,
         url_max_bytes=1000,
     )
-    text, loaded, decisions = instructions_text(
-        settings, StepInput(workspace=Workspace(cwd=str(tmp_path)))
-    )
+    # The operator allows the local server's loopback address (refused by default).
+    with use_network(NetworkSettings(private_hosts=("127.0.0.1",))):
+        text, loaded, decisions = instructions_text(
+            settings, StepInput(workspace=Workspace(cwd=str(tmp_path)))
+        )
     assert loaded == [f"{server}/rules.md"]
     assert text == f"Instructions from: {server}/rules.md\nUse tabs."
     warnings = [d for d in decisions if "warning" in d]
