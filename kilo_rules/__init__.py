@@ -23,11 +23,14 @@ from .errors import (
     ImportFormatError,
     KiloRulesError,
     Location,
+    NetworkError,
     PolicyError,
     SessionError,
 )
 from .importers import detect_format, import_file, read_session
+from .net import NetworkSettings, use_network
 from .plan import Plan
+from .policy import PolicyBody
 from .providers.acceptance import BodyContext, Violation, check_body
 from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
 from .runtime.apply import Decision, TurnResult, apply_plan
@@ -35,6 +38,7 @@ from .runtime.compaction import CompactionResult, compact
 from .runtime.context import Agent, Skill, StepInput, Workspace
 from .runtime.facade import Runtime, StepResult
 from .runtime.mutations import MutationError, apply_mutations
+from .sandbox import allow_read
 from .session import (
     Message,
     Session,
@@ -93,7 +97,10 @@ __all__ = [
     "Message",
     "ModelInfo",
     "MutationError",
+    "NetworkError",
+    "NetworkSettings",
     "Plan",
+    "PolicyBody",
     "PolicyError",
     "ResolvedPolicy",
     "Runtime",
@@ -110,6 +117,7 @@ __all__ = [
     "Violation",
     "Workspace",
     "__version__",
+    "allow_read",
     "apply_mutations",
     "apply_plan",
     "bundled_catalog",
@@ -130,4 +138,5 @@ __all__ = [
     "session_from_json",
     "simulate",
     "truncate_output",
+    "use_network",
 ]
