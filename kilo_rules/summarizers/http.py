@@ -88,14 +88,16 @@ class HttpSummarizer:
     the CLI reads it from ``KILO_RULES_NET_*``). The endpoint's own host is always allowed; set
     ``allow_private`` when it is a local or internal server (``http://127.0.0.1:8080``), so
     that its private or loopback address is accepted, for that host only. Each attempt has
-    a total ``deadline`` (seconds), within which ``connect_timeout`` and ``read_timeout``
-    may cut a phase shorter; the reply may hold at most ``max_reply_bytes`` (on the wire
-    and decoded) and the summary at most ``max_summary_chars``.
+    a total ``deadline`` (seconds) and the whole call, retries and the waits between them
+    included, ``total_deadline``: a retry that could only end after it is not started.
+    Within an attempt, ``connect_timeout`` and ``read_timeout`` may cut a phase shorter.
+    The reply may hold at most ``max_reply_bytes`` (on the wire and decoded) and the summary
+    at most ``max_summary_chars``.
 
     Seams for tests and embedding: ``client`` (an ``httpx.Client`` the caller owns and
     closes), or ``transport`` (used to build a client per call), ``resolve`` (host name →
-    addresses), ``sleep`` (waits between attempts) and ``jitter`` (returns a float in
-    [0, 1)).
+    addresses), ``sleep`` (waits between attempts), ``jitter`` (returns a float in
+    [0, 1)) and ``clock`` (monotonic seconds).
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class HttpSummarizer:
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
         deadline: float = 120.0,
+        total_deadline: float = 300.0,
         max_reply_bytes: int = 4 * 1024 * 1024,
         max_summary_chars: int = DEFAULT_MAX_SUMMARY_CHARS,
         network: NetworkSettings | None = None,
@@ -125,13 +128,16 @@ class HttpSummarizer:
         resolve: Resolver = resolve_host,
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if kind not in ("openai", "anthropic"):
             raise ValueError(f"kind must be 'openai' or 'anthropic', not {kind!r}")
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
-        if deadline <= 0 or max_reply_bytes < 1 or max_summary_chars < 1:
-            raise ValueError("deadline, max_reply_bytes and max_summary_chars must be positive")
+        if min(deadline, total_deadline) <= 0 or min(max_reply_bytes, max_summary_chars) < 1:
+            raise ValueError(
+                "deadline, total_deadline, max_reply_bytes and max_summary_chars must be positive"
+            )
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.kind = kind
@@ -142,6 +148,8 @@ class HttpSummarizer:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.deadline = deadline
+        self.total_deadline = total_deadline
+        self._clock = clock
         self.max_reply_bytes = max_reply_bytes
         self.max_summary_chars = max_summary_chars
         self.attempts = attempts
@@ -205,10 +213,12 @@ class HttpSummarizer:
     def summarize(self, request: SummaryRequest) -> str:
         """Post ``request`` and return the reply's text, retrying what may pass next time."""
         body = json.dumps(self.request_body(request), ensure_ascii=False).encode("utf-8")
+        start = self._clock()
         attempt = 1
         while True:
+            left = self.total_deadline - (self._clock() - start)
             try:
-                return self._post(body)
+                return self._post(body, min(self.deadline, left))
             except SummarizerError as error:
                 if not error.retryable or attempt >= self.attempts:
                     if error.retryable and self.attempts > 1:
@@ -222,13 +232,26 @@ class HttpSummarizer:
                     raise
                 wait = error.retry_after if isinstance(error, _StatusError) else None
                 delay = self._delay(attempt) if wait is None else min(wait, self.max_retry_after)
+                if delay >= self.total_deadline - (self._clock() - start):
+                    raise SummarizerError(
+                        f"{error} (gave up after {attempt} attempts: another would end after "
+                        f"the total deadline of {self.total_deadline:g} s)",
+                        retryable=True,
+                        overflow=error.overflow,
+                        code=error.diagnostic.code,
+                        details={
+                            **error.diagnostic.details,
+                            "attempts": attempt,
+                            "total_deadline": self.total_deadline,
+                        },
+                    ) from None
                 _log.info(
                     "%s; attempt %d of %d, retrying in %.2fs", error, attempt, self.attempts, delay
                 )
             self._sleep(delay)
             attempt += 1
 
-    def _post(self, body: bytes) -> str:
+    def _post(self, body: bytes, deadline: float) -> str:
         """One attempt: the reply's text, or a SummarizerError saying what went wrong."""
         try:
             reply = self._net.request(
@@ -236,7 +259,7 @@ class HttpSummarizer:
                 self.url,
                 headers=self.request_headers(),
                 content=body,
-                deadline=self.deadline,
+                deadline=deadline,
                 max_bytes=self.max_reply_bytes,
                 connect_timeout=self.connect_timeout,
                 read_timeout=self.read_timeout,

@@ -350,3 +350,26 @@ def test_a_summarizer_error_is_a_located_kilo_rules_error() -> None:
     assert str(err.diagnostic) == ("<summarizer>:1:1: error[summarizer.failed]: prompt is too long")
     assert err.diagnostic.details == {"retryable": False, "overflow": True}
     assert err.overflow and not err.retryable
+
+
+def test_retries_stop_at_the_total_deadline(server: ScriptedServer) -> None:
+    # The server keeps failing; the waits would run 0.75, 1.5, 3, 6, 12, 24 s.
+    server.script(Reply(500, error_body("openai", "boom", "server_error")))
+    now = [0.0]
+    sleeps = Sleeps()
+
+    def sleep(seconds: float) -> None:
+        sleeps(seconds)
+        now[0] += seconds
+
+    summarizer = make(
+        server, "openai", sleeps, sleep=sleep, clock=lambda: now[0], attempts=10, backoff=1.0
+    )
+    summarizer.total_deadline = 10.0
+    with pytest.raises(SummarizerError) as info:
+        summarizer.summarize(REQUEST)
+    assert sleeps == [0.75, 1.5, 3.0]  # the next wait (6 s) would end past 10 s
+    assert len(server.received) == 4
+    err = info.value
+    assert err.retryable and "total deadline of 10 s" in str(err)
+    assert err.diagnostic.details["attempts"] == 4
