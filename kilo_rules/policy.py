@@ -296,7 +296,25 @@ class Compaction(_Section):
         None,
         description="Token budget of the tail (Kilo: clamp(floor(usable × 0.25), 2000, 8000)).",
     )
-    max_attempts: int = Field(3, ge=1, description="Compactions per turn before failing (Kilo: 3).")
+    max_attempts: int = Field(
+        3,
+        ge=1,
+        description="Compactions the attempt rule allows before the step fails (Kilo: 3).",
+    )
+    attempt_rule: Literal["turn", "no-progress"] = Field(
+        "turn",
+        description="What max_attempts counts. turn: compactions in one user turn (Kilo; a "
+        "single-prompt autonomous run is one turn, so it stops after max_attempts). "
+        "no-progress: consecutive compactions that freed less than min_progress of the "
+        "request; a compaction that frees enough starts the count again.",
+    )
+    min_progress: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="Share of the request's input tokens a compaction must free to count "
+        "as progress (attempt_rule: no-progress).",
+    )
     replay: bool = Field(
         True, description="Re-post the last user message after an overflow compaction."
     )

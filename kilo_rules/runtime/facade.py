@@ -4,8 +4,10 @@
 compact, because compaction calls a summarizer. :class:`Runtime` closes the loop the way
 Kilo's prompt loop does (spec §8): normal prune when the policy opts in, apply, and — when
 the usage count reached the limit, the preflight estimate did, or the provider rejected the
-last request as too long (:meth:`Runtime.overflowed`) — compact, persist, apply again. At
-most ``compaction.max_attempts`` compactions run per user turn; one more is a
+last request as too long (:meth:`Runtime.overflowed`) — compact, persist, apply again.
+``compaction.attempt_rule`` says what ``compaction.max_attempts`` caps: compactions per
+user turn (Kilo), or consecutive compactions that freed less than
+``compaction.min_progress`` of the request (for long autonomous runs); one more is a
 :class:`~kilo_rules.errors.ContextOverflowError` ("Compaction exhausted: …").
 
 A minimal agent loop is in ``docs/compaction.md``.
@@ -101,36 +103,65 @@ class Runtime:
             self._overflowed.add(session.id)
 
     def attempts(self, session: Session) -> int:
-        """Compactions run so far in the current user turn of ``session``."""
+        """The compactions ``compaction.attempt_rule`` counts so far for ``session``: those
+        of its current user turn (``turn``), or the latest run of compactions that freed
+        too little (``no-progress``)."""
+        key = self._attempt_key(session)
         with self._lock:
-            key, n = self._attempts.get(session.id, ("", 0))
-        return n if key == _turn_key(session) else 0
+            old_key, n = self._attempts.get(session.id, ("", 0))
+        return n if old_key == key else 0
+
+    def _attempt_key(self, session: Session) -> str:
+        # Under no-progress the count runs across user turns: only progress resets it.
+        return _turn_key(session) if self.plan.settings.compaction.attempt_rule == "turn" else ""
 
     def _may_compact(self, session: Session) -> None:
-        """Refuse one more compaction in this user turn once ``max_attempts`` have run."""
-        limit = self.plan.settings.compaction.max_attempts
-        key = _turn_key(session)
-        with self._lock:
-            old_key, n = self._attempts.get(session.id, ("", 0))
-        n = n if old_key == key else 0
-        if limit and n >= limit:
-            raise ContextOverflowError(
-                Diagnostic(
-                    "runtime.compaction_exhausted",
-                    f"Compaction exhausted: context still exceeds model limits after {n} attempts",
-                    self._where("compaction.max_attempts"),
-                    details={"session": session.id, "turn": key, "attempts": n},
-                )
+        """Refuse one more compaction once the attempt rule's count reached the cap."""
+        c = self.plan.settings.compaction
+        n = self.attempts(session)
+        if n < c.max_attempts:
+            return
+        why = (
+            f"after {n} attempts"
+            if c.attempt_rule == "turn"
+            else f"after {n} compactions in a row freed less than {c.min_progress:.0%} of the "
+            "request"
+        )
+        raise ContextOverflowError(
+            Diagnostic(
+                "runtime.compaction_exhausted",
+                f"Compaction exhausted: context still exceeds model limits {why}",
+                self._where("compaction.max_attempts"),
+                details={
+                    "session": session.id,
+                    "turn": _turn_key(session),
+                    "attempts": n,
+                    "attempt_rule": c.attempt_rule,
+                },
+                hint="raise compaction.max_attempts, or count only compactions that make no "
+                "progress (compaction.attempt_rule: no-progress)"
+                if c.attempt_rule == "turn"
+                else "the kept tail and pins alone exceed the window: lower "
+                "compaction.tail_turns or preserve_recent_tokens, or use a larger window",
             )
+        )
 
-    def _compacted(self, session: Session) -> None:
-        """Count a compaction that succeeded, and consume the provider's overflow report
-        it answered. Only a success does either: a summarizer that fails leaves the next
-        step to compact in the same mode, with the same attempts left."""
-        key = _turn_key(session)
+    def _compacted(self, session: Session, before: int, after: int) -> None:
+        """Count a compaction that succeeded (``before`` and ``after``: the request's input
+        tokens around it), and consume the provider's overflow report it answered. Only a
+        success does either: a summarizer that fails leaves the next step to compact in the
+        same mode, with the same attempts left."""
+        c = self.plan.settings.compaction
+        key = self._attempt_key(session)
+        progressed = before > 0 and before - after >= c.min_progress * before
         with self._lock:
             old_key, n = self._attempts.get(session.id, ("", 0))
-            self._attempts[session.id] = (key, (n if old_key == key else 0) + 1)
+            n = n if old_key == key else 0
+            if c.attempt_rule == "no-progress" and progressed:
+                n = 0
+            else:
+                n += 1
+            self._attempts[session.id] = (key, n)
             self._overflowed.discard(session.id)
 
     def _where(self, dotted: str) -> Location:
@@ -178,13 +209,14 @@ class Runtime:
             done = compact(
                 self.plan, session, self.summarizer, overflow=overflow, count=self.counter.count
             )
-            self._compacted(session)
             decisions.extend(done.decisions)
             mutations.extend(result.mutations)
             mutations.extend(done.mutations)
             session = apply_mutations(session, [*result.mutations, *done.mutations])
             compactions += 1
+            before = result.input_tokens
             result = apply_plan(self.plan, session, step_input)
+            self._compacted(session, before, result.input_tokens)
             reason = self._reason(session, result)
         decisions.extend(result.decisions)
         mutations.extend(result.mutations)

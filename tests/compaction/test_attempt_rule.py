@@ -1,0 +1,72 @@
+"""compaction.attempt_rule: Kilo counts compactions per user turn; ``no-progress`` counts
+only consecutive compactions that freed too little, so a long single-prompt run goes on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kilo_rules.errors import ContextOverflowError
+from kilo_rules.runtime.facade import Runtime
+from kilo_rules.runtime.mutations import missing
+from kilo_rules.session import Session, TokenUsage
+
+from .helpers import FakeSummarizer, assistant, chars, derived, session, text, user
+
+NO_PROGRESS = "compaction:\n  attempt_rule: no-progress\n"
+
+
+def _work(s: Session, k: int) -> Session:
+    """One more step of an autonomous run: a long answer whose usage is over the limit."""
+    answer = assistant(
+        f"a{k}",
+        text(f"a{k}t", chars(4_000)),
+        tokens=TokenUsage(input=17_900, output=100),
+        created=max(m.created for m in s.messages) + 1,  # newer than any summary so far
+    )
+    return s.model_copy(update={"messages": [*s.messages, answer]})
+
+
+def _run(runtime: Runtime, steps: int) -> tuple[Session, int]:
+    s = session(user("u1", "the task"), assistant("a0", text("a0t", chars(4_000))))
+    original = s
+    compactions = 0
+    for k in range(1, steps + 1):
+        result = runtime.step(_work(s, k))
+        compactions += result.compactions
+        assert missing(original, result.session) == []
+        s = result.session
+    return s, compactions
+
+
+def test_kilo_stops_a_single_prompt_run_after_three_compactions(tmp_path: Path) -> None:
+    runtime = Runtime(derived(tmp_path, ""), FakeSummarizer())
+    with pytest.raises(ContextOverflowError) as err:
+        _run(runtime, 6)
+    d = err.value.diagnostic
+    assert d.code == "runtime.compaction_exhausted" and d.details["attempt_rule"] == "turn"
+    assert "attempt_rule: no-progress" in (d.hint or "")
+
+
+def test_no_progress_lets_a_long_run_compact_as_often_as_it_needs(tmp_path: Path) -> None:
+    runtime = Runtime(derived(tmp_path, NO_PROGRESS), FakeSummarizer())
+    _, compactions = _run(runtime, 8)
+    assert compactions == 8  # every step was over the limit and was compacted
+    assert runtime.attempts(session(user("u1", "the task"))) == 0
+
+
+def test_compactions_that_free_nothing_still_run_out(tmp_path: Path) -> None:
+    plan = derived(tmp_path, NO_PROGRESS)
+    runtime = Runtime(plan, FakeSummarizer(reply=chars(2_000)))  # summaries as big as it
+    s = session(user("u1", "short"), assistant("a1", text("a1t", "ok")))
+    for _ in range(3):
+        runtime.overflowed(s)
+        s = runtime.step(s).session
+    assert runtime.attempts(s) == 3
+    runtime.overflowed(s)
+    with pytest.raises(ContextOverflowError) as err:
+        runtime.step(s)
+    d = err.value.diagnostic
+    assert "freed less than 10% of the request" in d.message
+    assert d.location == plan.locate("compaction.max_attempts")
