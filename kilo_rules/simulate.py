@@ -108,6 +108,13 @@ class SimulationReport:
     summary_output: int = 0  # tokens of the summaries it wrote
     error: str | None = None  # why the replay stopped early (compaction exhausted)
     prices: dict[str, float | None] | None = None
+    requests_total: int = 0  # the requests the recorded session made
+
+    @property
+    def stopped(self) -> bool:
+        """The replay stopped before the session's last request: its totals cover fewer
+        requests than a complete replay's, so they are not comparable."""
+        return self.error is not None or len(self.steps) < self.requests_total
 
     def _sum(self, name: str) -> int:
         return sum(int(getattr(s.cache, name)) for s in self.steps)
@@ -158,6 +165,8 @@ class SimulationReport:
             "model": self.model,
             "counter": self.counter,
             "requests": len(self.steps),
+            "requests_total": self.requests_total,
+            "stopped": self.stopped,
             "compactions": self.compactions,
             "provider_overflows": self.provider_overflows,
             "input": self.input,
@@ -287,6 +296,7 @@ class _Replay:
 
     def run(self, original: Session) -> SimulationReport:
         out = self.report
+        out.requests_total = sum(1 for m in original.messages if m.role == "assistant")
         live = original.model_copy(update={"messages": []})
         for msg in original.messages:
             if msg.role != "assistant":

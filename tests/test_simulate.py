@@ -300,3 +300,31 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert _cli("--model", "no/such-model", "--session", str(EXAMPLE)) == 1
     err = capsys.readouterr().err
     assert "missing.jsonl" in err and "model.unknown" in err
+
+
+def _autonomous_run(steps: int) -> Session:
+    """One prompt, then ``steps`` tool calls with big outputs: one user turn throughout."""
+    answers = [
+        assistant(f"a{k}", tool(f"p{k}", output=_words(2_500, f"o{k}_")), created=k + 1)
+        for k in range(1, steps + 1)
+    ]
+    return session(user("u1", "Fix the bug: " + _words(50, "t"), created=0), *answers)
+
+
+def test_a_replay_that_stops_early_says_so(tmp_path: Path) -> None:
+    inline = _inline(limits={"context": 40_000, "output": 8_000})
+    long_run = tmp_path / "long.yaml"
+    long_run.write_text(
+        "version: 1\nname: long\nextends: kilo-default\ncompaction: {attempt_rule: no-progress}\n",
+        encoding="utf-8",
+    )
+    plans = [compile_policy("kilo-default", inline), compile_policy(long_run, inline)]
+    kilo, long = simulate(_autonomous_run(40), plans)
+    assert kilo.stopped and kilo.error is not None and "Compaction exhausted" in kilo.error
+    assert len(kilo.steps) < kilo.requests_total == 40
+    assert not long.stopped and len(long.steps) == 40 and long.compactions > 3
+    table = format_table([kilo, long])
+    row = next(line for line in table.splitlines() if line.startswith("kilo-default"))
+    assert f"{len(kilo.steps)} of 40, stopped" in row
+    assert row.split()[-1] == "-"  # no cost ratio against a run that stopped early
+    assert kilo.to_json(steps=False)["stopped"] is True

@@ -115,9 +115,13 @@ def _simulate(args: argparse.Namespace) -> tuple[list[SimulationReport], dict[st
 def _row(report: SimulationReport, first: float | None) -> tuple[str, ...]:
     cost = report.cost
     ratio = f"{cost / first:.2f}x" if cost is not None and first else "-"
+    done = f"{len(report.steps):,}"
+    if report.stopped:  # fewer requests: its totals are not a cost to compare
+        done = f"{done} of {report.requests_total:,}, stopped"
+        ratio = "-"
     return (
         report.policy,
-        f"{len(report.steps):,}",
+        done,
         f"{report.compactions:,}",
         f"{report.input:,}",
         f"{report.cache_read:,}",
@@ -133,6 +137,6 @@ def _row(report: SimulationReport, first: float | None) -> tuple[str, ...]:
 def format_table(reports: Sequence[SimulationReport]) -> str:
     """The comparison table: one row per report, the cost ratio against the first; the
     policy name left-aligned, the numbers right-aligned."""
-    first = reports[0].cost if reports else None
+    first = reports[0].cost if reports and not reports[0].stopped else None
     rows = [_row(r, first) for r in reports]
     return render_table(_HEADERS, rows, right=range(1, len(_HEADERS)))
