@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import copy
 import glob as globlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .catalog import ModelInfo
+from .compile import compile_policy
 from .errors import Diagnostic, KiloRulesError, Location
 from .load import Document, JsonPath, load_yaml_file, lookup
 
@@ -264,8 +266,10 @@ def _names(paths: Iterable[JsonPath]) -> list[str]:
 POLICY_HOOKS: list[Callable[..., list[Diagnostic]]] = []
 
 
-def check_paths(paths: Iterable[str]) -> CheckReport:
-    """Check every file named by ``paths``."""
+def check_paths(paths: Iterable[str], *, models: Sequence[ModelInfo] = ()) -> CheckReport:
+    """Check every file named by ``paths``; a policy that checks clean is also compiled
+    for each of ``models``, adding what compile finds doubtful for that model (a window
+    with no room left, a tail larger than the usable window, ...)."""
     report = CheckReport()
     files, problems = expand_paths(paths)
     report.usage_errors.extend(problems)
@@ -285,7 +289,19 @@ def check_paths(paths: Iterable[str]) -> CheckReport:
         diags, sources = check_policy_file(path)
         report.sources.update(sources)
         report.diagnostics.extend(diags)
+        if models and not any(d.severity == "error" for d in diags):
+            report.diagnostics.extend(_model_diagnostics(path, models))
     # The same base file reached through two policies reports its problems once.
     unique = {(d.code, d.message, str(d.location)): d for d in report.diagnostics}
     report.diagnostics = sorted(unique.values(), key=Diagnostic.sort_key)
     return report
+
+
+def _model_diagnostics(path: Path, models: Sequence[ModelInfo]) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    for model in models:
+        try:
+            out.extend(compile_policy(path, model).warnings)
+        except KiloRulesError as exc:
+            out.extend(exc.diagnostics)
+    return out

@@ -70,6 +70,7 @@ class _Build:
     stages: tuple[str, ...] = ()
     summary_template: str = ""
     chunk_model: ChunkModel | None = None
+    warnings: list[Diagnostic] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # files read besides the policy chain
 
     def source(self, path: JsonPath) -> JsonPath:
@@ -330,6 +331,49 @@ def _stage_compaction(b: _Build) -> None:
     b.chunk_model = ChunkModel(int(values["budget.usable"].value), int(out or cap))
 
 
+def _stage_window(b: _Build) -> None:
+    """Warnings about a window this policy leaves (almost) no room in, for this model:
+    nothing a step could fix, so they are said once, where the policy decides them."""
+    limits = b.model.limits
+    if limits.context <= 0:
+        return  # an unknown window: the policy cannot size anything against it
+    window = limits.input or limits.context
+    s = b.settings
+
+    def warn(code: str, message: str, name: str, hint: str) -> None:
+        where = b.values[name].location if name in b.values else b.locate(())
+        b.warnings.append(Diagnostic(code, message, where, hint=hint, severity="warning"))
+
+    usable, reserved, answer = s.budget.usable, s.budget.reserved, s.output.configured
+    if isinstance(reserved, int) and reserved >= window:
+        warn(
+            "plan.reserved",
+            f"budget.reserved is {reserved:,} for {b.model.id}, not less than its "
+            f"{window:,}-token window",
+            "budget.reserved",
+            "reserve less for the answer, or cap output.max_tokens for this model",
+        )
+    if isinstance(usable, int) and usable <= 0:
+        warn(
+            "plan.no-window",
+            f"budget.usable is {usable:,} for {b.model.id}: its {limits.context:,}-token "
+            "window leaves no room for input"
+            + (f" after {answer:,} tokens for the answer" if isinstance(answer, int) else ""),
+            "budget.usable",
+            "every request would overflow and compact; lower output.max_tokens or "
+            "budget.reserved for this model (an override), or fix the model entry",
+        )
+    tail = s.compaction.preserve_recent_tokens
+    if isinstance(tail, int) and isinstance(usable, int) and usable > 0 and tail > usable:
+        warn(
+            "plan.tail",
+            f"compaction.preserve_recent_tokens is {tail:,} for {b.model.id}, more than "
+            f"the {usable:,} usable tokens: the kept tail alone may overflow",
+            "compaction.preserve_recent_tokens",
+            "size the tail from budget.usable (e.g. a quarter of it)",
+        )
+
+
 def _stage_runtime(b: _Build) -> None:
     b.stages = RUNTIME_STAGES
 
@@ -344,6 +388,7 @@ STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
     ("system", _stage_system),
     ("cache", _stage_cache),
     ("compaction", _stage_compaction),
+    ("window", _stage_window),
     ("runtime", _stage_runtime),
 )
 
@@ -493,6 +538,7 @@ def compile_policy(
         settings=build.settings,
         summary_template=build.summary_template,
         chunk_model=build.chunk_model,
+        warnings=tuple(build.warnings),
     )
     if until is None:
         files = dict.fromkeys([*_named_files(resolved), *build.files])

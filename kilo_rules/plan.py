@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .catalog import ModelInfo
-from .errors import Location
+from .errors import Diagnostic, Location
 from .expr import CompiledExpr
 from .frozen import FrozenDict, freeze
 from .policy import OutputCap, PolicyBody
@@ -160,6 +160,8 @@ class Plan:
     summary_template: str = ""
     #: The window of chunked compaction's summary requests (None: chunking is off).
     chunk_model: ChunkModel | None = None
+    #: What compile found doubtful for this model (a window with no room left, ...).
+    warnings: tuple[Diagnostic, ...] = ()
     #: Caches that let the next step reuse this step's work (see runtime.memo). The one
     #: mutable field: it holds derived data only, never a decision.
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -290,6 +292,7 @@ class Plan:
             ],
             "cache": self.cache,
             "stages": list(self.stages),
+            "warnings": [d.to_json() for d in self.warnings],
         }
 
     def describe(self) -> str:

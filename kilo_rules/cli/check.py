@@ -9,7 +9,7 @@ from typing import TextIO
 
 from ..check import check_paths
 from ..errors import Diagnostic, Location, render_github, render_json, render_text
-from ._options import Subcommands, add_allow_read, add_command, add_format
+from ._options import Subcommands, add_allow_read, add_command, add_format, model
 from ._runner import relative
 
 
@@ -24,6 +24,14 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs")
     add_format(p, "github", what="; github: workflow annotations")
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="also compile each policy for MODEL (catalog id or model file; repeatable) and "
+        "report what would not work for it, e.g. a window with no room left",
+    )
     add_allow_read(p)
     p.set_defaults(handler=run)
 
@@ -46,7 +54,7 @@ def print_diagnostics(
 
 def run(args: argparse.Namespace) -> int:
     """Check every file named; the exit code says whether any error was found."""
-    report = check_paths(args.paths)
+    report = check_paths(args.paths, models=[model(m) for m in args.model])
     for problem in report.usage_errors:
         print(f"kilo-rules check: {problem}", file=sys.stderr)
     print_diagnostics(report.diagnostics, args.format, report.sources, sys.stdout)

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from ..compile import compile_policy
-from ..errors import Location
+from ..errors import Location, render_text
 from ..explain import location_of, where
 from ..plan import Plan
 from . import _options as opt
-from ._runner import EXIT_OK
+from ._runner import EXIT_OK, relative
 from ._table import FULL_HINT, render_table, shorten
 
 #: How much of a value the table shows without ``--full``.
@@ -46,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan.to_json(), indent=2, ensure_ascii=False))
     else:
         print(render_plan(plan, full=args.full))
+        if plan.warnings:
+            print(render_text(relative(plan.warnings)), file=sys.stderr)
     return EXIT_OK
 
 
