@@ -283,6 +283,11 @@ class Pin(_Section):
         None, description="Regex: user messages whose text matches are kept verbatim."
     )
     layer: str | None = Field(None, description="A system layer id re-sent after compaction.")
+    task: bool = Field(
+        False,
+        description="The task: the session's first user message, kept verbatim however "
+        "many compactions follow (an autonomous run states its task once, at the start).",
+    )
 
 
 class Compaction(_Section):

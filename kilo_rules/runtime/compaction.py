@@ -145,19 +145,25 @@ def _pull_replay(history: list[Message]) -> tuple[Message | None, list[Message]]
     return None, history
 
 
-def _pins(plan: Plan, head: Sequence[Message], previous: Message | None) -> list[dict[str, str]]:
-    """Pinned instructions: those of the previous summary, then new matches in the head."""
+def _pins(
+    plan: Plan, history: Sequence[Message], head: Sequence[Message], previous: Message | None
+) -> list[dict[str, str]]:
+    """Pinned instructions: those of the previous summary, then the task (the first user
+    message of the history, once it leaves the tail) and new matches in the head."""
     found: list[dict[str, str]] = []
     if previous is not None:
         for p in previous.parts:
             if isinstance(p, TextPart) and p.metadata.get("kilo_rules") == PIN_MARK:
                 found.extend(p.metadata.get("pins", []))
-    patterns = [
-        compile_regex(p.messages_matching)
-        for p in plan.settings.compaction.pin
-        if p.messages_matching
-    ]
+    pins = plan.settings.compaction.pin
+    patterns = [compile_regex(p.messages_matching) for p in pins if p.messages_matching]
     seen = {p["id"] for p in found}
+    if any(p.task for p in pins) and not any(p.get("kind") == "task" for p in found):
+        first = next((m for m in history if _real_user(m)), None)
+        in_head = first is not None and any(m.id == first.id for m in head)
+        if first is not None and in_head and first.id not in seen and _user_text(first):
+            found.insert(0, {"id": first.id, "text": _user_text(first), "kind": "task"})
+            seen.add(first.id)
     for m in head:
         if m.role == "user" and m.id not in seen and compaction_part(m) is None:
             text = _user_text(m)
@@ -169,7 +175,11 @@ def _pins(plan: Plan, head: Sequence[Message], previous: Message | None) -> list
 
 def pinned_section(pins: Sequence[dict[str, str]]) -> str:
     """The text carried into the summary message (documented in docs/compaction.md)."""
-    blocks = [f'<instruction from="{p["id"]}">\n{p["text"]}\n</instruction>' for p in pins]
+    blocks = [
+        f'<{tag} from="{p["id"]}">\n{p["text"]}\n</{tag}>'
+        for p in pins
+        for tag in ["task" if p.get("kind") == "task" else "instruction"]
+    ]
     return "\n\n".join([PIN_HEADING, *blocks])
 
 
@@ -291,7 +301,8 @@ def compact(
     note("summary", "compaction.summary", inputs, {**how, "chars": len(body)})
     if previous is not None:
         note("drift", None, {"previous_chars": len(previous)}, drift(previous, body))
-    pins = _pins(plan, history if sel.tail_start_id is None else sel.head, previous_msg)
+    head_msgs = history if sel.tail_start_id is None else sel.head
+    pins = _pins(plan, history, head_msgs, previous_msg)
     for layer in (p.layer for p in settings.pin):
         if layer:
             sent = "re-sent" if any(x.id == layer for x in plan.layers) else "no such layer"

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from kilo_rules.compile import compile_policy
 from kilo_rules.errors import ContextOverflowError
 from kilo_rules.runtime.facade import Runtime
 from kilo_rules.runtime.mutations import missing
-from kilo_rules.session import Session, TokenUsage
+from kilo_rules.session import Session, TextPart, TokenUsage
 
-from .helpers import FakeSummarizer, assistant, chars, derived, session, text, user
+from .helpers import FakeSummarizer, assistant, chars, derived, model, session, text, user
 
 NO_PROGRESS = "compaction:\n  attempt_rule: no-progress\n"
 
@@ -70,3 +71,46 @@ def test_compactions_that_free_nothing_still_run_out(tmp_path: Path) -> None:
     d = err.value.diagnostic
     assert "freed less than 10% of the request" in d.message
     assert d.location == plan.locate("compaction.max_attempts")
+
+
+TASK = "Fix the failing import in src/app.py. " + "Context: " + chars(1_500)
+
+
+def test_long_run_keeps_the_task_verbatim_in_every_request() -> None:
+    plan = compile_policy(
+        "long-run",
+        model(limits={"context": 20_000, "output": 10_000}),
+        config={"output_token_max": 2000},
+    )
+    runtime = Runtime(plan, FakeSummarizer())
+    s = session(user("u1", TASK), assistant("a0", text("a0t", chars(4_000))))
+    original, compactions = s, 0
+    for k in range(1, 9):
+        result = runtime.step(_work(s, k))
+        compactions += result.compactions
+        assert TASK in result.turn.body()  # verbatim, whatever was compacted before
+        assert missing(original, result.session) == []
+        s = result.session
+    assert compactions >= 4  # more than Kilo's three per turn
+    pinned = [
+        p
+        for m in s.messages
+        for p in m.parts
+        if isinstance(p, TextPart) and p.metadata.get("kilo_rules") == "pinned"
+    ]
+    assert pinned and pinned[-1].metadata["pins"][0] == {"id": "u1", "text": TASK, "kind": "task"}
+    assert f'<task from="u1">\n{TASK}\n</task>' in pinned[-1].text
+
+
+def test_only_the_first_user_message_is_pinned_as_the_task(tmp_path: Path) -> None:
+    plan = derived(tmp_path, "compaction:\n  pin: [{task: true}]\n")
+    s = session(
+        user("u1", "first task"),
+        assistant("a1", text("a1t", chars(3_000))),
+        user("u2", "second"),
+        assistant("a2", text("a2t", "ok"), tokens=TokenUsage(input=17_900, output=100)),
+    )
+    result = Runtime(plan, FakeSummarizer()).step(s)
+    # a tail was kept and a summary written: the first user message went to the summarizer
+    pins = [d for d in result.decisions if d.rule == "pin"]
+    assert [d.result for d in pins] == [{"messages": ["u1"]}]
