@@ -24,7 +24,7 @@ test: $(BIN)/kilo-rules
 
 # Every untrusted surface with 10^5 generated inputs, shared among the surface's tests
 # (make test runs a derandomised few). Each importer is a surface of its own.
-FUZZ_RUN = $(BIN)/pytest -q -p no:cacheprovider
+FUZZ_RUN = $(BIN)/pytest -q -p no:cacheprovider --hypothesis-show-statistics
 fuzz: $(BIN)/kilo-rules
 	KILO_RULES_FUZZ_EXAMPLES=16667  $(FUZZ_RUN) tests/fuzz/test_fuzz_policy.py      # 6 tests
 	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_expr.py        # 4 tests

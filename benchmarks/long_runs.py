@@ -30,7 +30,7 @@ from kilo_rules.summarizers import ExtractiveSummarizer
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAJECTORIES = ROOT.parent / "shared/data/trajectories"
-POLICIES = ("kilo-default", "long-run")
+POLICIES = ["kilo-default", "long-run"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,17 @@ def task_text(session: Session) -> str:
     return "\n".join(p.text for p in first.parts if isinstance(p, TextPart)).strip()
 
 
+def texts(node: object) -> list[str]:
+    """Every string of a request body (as sent, before JSON escaping)."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [t for v in node.values() for t in texts(v)]
+    if isinstance(node, list):
+        return [t for v in node for t in texts(v)]
+    return []
+
+
 def task_everywhere(plan_ref: str, model: ModelInfo, session: Session) -> tuple[bool, bool]:
     """(the task is in every request verbatim, nothing of the session was lost), replaying
     the session step by step as an agent would."""
@@ -79,7 +90,7 @@ def task_everywhere(plan_ref: str, model: ModelInfo, session: Session) -> tuple[
                 result = runtime.step(live)
             except Exception:  # the run stopped: the table says so
                 return everywhere, True
-            everywhere = everywhere and task in result.turn.body()
+            everywhere = everywhere and any(task in t for t in texts(result.request))
             live = result.session
         live = live.model_copy(update={"messages": [*live.messages, msg]})
     return everywhere, missing(session, live) == []
@@ -117,6 +128,8 @@ def main(argv: list[str]) -> int:
     if not TRAJECTORIES.is_dir():
         print(f"the recorded sessions are not in {TRAJECTORIES}", file=sys.stderr)
         return 2
+    # --policy PATH (repeatable) compares more policies, e.g. variants of long-run's knobs.
+    POLICIES.extend(argv[i + 1] for i, a in enumerate(argv) if a == "--policy")
     rows = []
     for case in CASES:
         start = time.perf_counter()
@@ -124,8 +137,8 @@ def main(argv: list[str]) -> int:
         model = cut(base, case.window, case.output)
         session = without_recorded_compactions(read_session(TRAJECTORIES / case.session))
         plans = [compile_policy(p, model) for p in POLICIES]
-        for report in simulate(session, plans):
-            task, intact = task_everywhere(report.policy, model, session)
+        for ref, report in zip(POLICIES, simulate(session, plans), strict=True):
+            task, intact = task_everywhere(ref, model, session)
             rows.append(row(case, report, task, intact))
         print(
             f"({case.session} @ {case.window:,}: {time.perf_counter() - start:.0f} s)",
