@@ -27,8 +27,9 @@ from .chunks import drift, instructions, write_summary
 from .history import Turn, compaction_part, completed_compactions, project, turns
 from .inject import is_env_part
 from .lower import LowerSettings, is_media, lower, lower_settings
-from .measure import messages_json
+from .measure import JsonCache, count_json_list, json_list_parts
 from .prune import prune, prune_settings
+from .trace import PlanCaches, plan_caches
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -64,19 +65,62 @@ class Selection:
     tail_start_id: str | None
 
 
-def _size(messages: Sequence[Message], settings: LowerSettings, count: Count) -> int:
-    # Without media stripping: inline data URLs count at full size (compaction.ts:258-264).
-    return count(messages_json(lower(messages, settings)))
+class Sizes:
+    """Token counts of runs of ``messages``, as ``count`` measures their lowered JSON
+    (without media stripping: inline data URLs count at full size, compaction.ts:258-264).
+
+    Each message is lowered and serialised once (through the plan's caches when a step
+    has filled them), so choosing a tail costs one pass over the history, not one per
+    candidate suffix. When the counter adds up piece by piece (the estimate, a per-message
+    count cache) a run is counted from prefix sums; otherwise its JSON is counted whole."""
+
+    def __init__(
+        self,
+        messages: Sequence[Message],
+        settings: LowerSettings,
+        count: Count,
+        caches: PlanCaches | None = None,
+    ) -> None:
+        self.count = count
+        json = caches.json if caches is not None else JsonCache(count)
+        lower_cache = caches.lower if caches is not None else None
+        # Lowering is per message once historical media are kept (the summary input's
+        # settings never strip them), so a run's JSON is its messages' pieces in order.
+        self.pieces = [
+            [json.plain(m) for m in lower([msg], settings, lower_cache)] for msg in messages
+        ]
+        self.parts = json_list_parts(count)
+        self.sums = [0]
+        self.lengths = [0]
+        if self.parts is not None:
+            weight = self.parts[0]
+            for pieces in self.pieces:
+                self.sums.append(self.sums[-1] + sum(weight(p) for p in pieces))
+                self.lengths.append(self.lengths[-1] + len(pieces))
+
+    def of(self, start: int, end: int) -> int:
+        """The count of ``messages[start:end]``."""
+        if self.parts is None:
+            return count_json_list([p for ps in self.pieces[start:end] for p in ps], self.count)
+        return self.parts[1](
+            self.sums[end] - self.sums[start], self.lengths[end] - self.lengths[start]
+        )
 
 
 def split_turn(
-    messages: Sequence[Message], turn: Turn, budget: int, settings: LowerSettings, count: Count
+    messages: Sequence[Message],
+    turn: Turn,
+    budget: int,
+    settings: LowerSettings,
+    count: Count,
+    sizes: Sizes | None = None,
 ) -> int | None:
     """The start of the first suffix of ``turn`` (never its user message) that fits."""
     if budget <= 0 or turn.end - turn.start <= 1:
         return None
+    sizes = sizes or Sizes(messages, settings, count)
     for start in range(turn.start + 1, turn.end):
-        if _size(messages[start : turn.end], settings, count) <= budget:
+        if sizes.of(start, turn.end) <= budget:
             return start
     return None
 
@@ -91,15 +135,16 @@ def select(messages: Sequence[Message], plan: Plan, count: Count) -> Selection:
         return everything
     budget = preserve_budget(plan)
     settings = lower_settings(plan)
+    sizes = Sizes(messages, settings, count, plan_caches(plan))
     keep: int | None = None
     total = 0
     for turn in reversed(all_turns[-limit:]):
-        size = _size(messages[turn.start : turn.end], settings, count)
+        size = sizes.of(turn.start, turn.end)
         if total + size <= budget:
             total += size
             keep = turn.start
             continue
-        split = split_turn(messages, turn, budget - total, settings, count)
+        split = split_turn(messages, turn, budget - total, settings, count, sizes)
         if split is not None:
             keep = split
         break  # older turns are never considered once one does not fit

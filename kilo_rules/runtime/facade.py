@@ -27,7 +27,7 @@ from .context import StepInput
 from .history import compaction_part
 from .mutations import apply_mutations
 from .prune import prune, prune_settings
-from .trace import plan_counter
+from .trace import plan_caches
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -80,8 +80,8 @@ class Runtime:
     ) -> None:
         self.plan = plan
         self._summarizer = summarizer
-        if counter is None:
-            counter, _ = plan_counter(plan)
+        if counter is None:  # the counter apply uses, with its per-message count cache
+            counter = plan_caches(plan).counter
         self.counter = counter
         self._lock = threading.Lock()
         self._attempts: dict[str, tuple[str, int]] = {}

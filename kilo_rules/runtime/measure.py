@@ -164,21 +164,35 @@ def _tools_json(tools: Sequence[ToolSpec]) -> str:
     )
 
 
-def count_json_list(pieces: Sequence[str], counter: Callable[[str], int]) -> int:
-    """``counter("[" + ",".join(pieces) + "]")``, without building the string when the
-    counter only needs its length (the estimate)."""
+def json_list_parts(
+    counter: Callable[[str], int],
+) -> tuple[Callable[[str], int], Callable[[int, int], int]] | None:
+    """How ``counter`` measures ``"[" + ",".join(pieces) + "]"`` piece by piece: (what one
+    piece adds, the count from those summed and the number of pieces), or None when the
+    counter must see the whole string. Sums let a caller count any run of messages from
+    prefix sums, in constant time."""
     from ..tokens import CountCache, EstimateCounter, utf16_len
 
     owner = getattr(counter, "__self__", None)
     if isinstance(owner, EstimateCounter):
-        length = sum(utf16_len(p) for p in pieces) + max(len(pieces) - 1, 0) + 2
-        return owner.count_length(length)
+        estimate = owner
+        return utf16_len, lambda total, n: estimate.count_length(total + max(n - 1, 0) + 2)
     if isinstance(owner, CountCache):
         # A real tokenizer, cached per message: the next step counts only new messages.
         # JSON punctuation splits tokens, so the sum differs from one count of the whole
         # list by at most a token per separator.
-        return sum(counter(p) for p in pieces) + len(pieces) + 1
-    return counter("[" + ",".join(pieces) + "]")
+        return counter, lambda total, n: total + n + 1
+    return None
+
+
+def count_json_list(pieces: Sequence[str], counter: Callable[[str], int]) -> int:
+    """``counter("[" + ",".join(pieces) + "]")``, without building the string when the
+    counter adds up piece by piece (:func:`json_list_parts`)."""
+    parts = json_list_parts(counter)
+    if parts is None:
+        return counter("[" + ",".join(pieces) + "]")
+    weight, total = parts
+    return total(sum(weight(p) for p in pieces), len(pieces))
 
 
 def measure(

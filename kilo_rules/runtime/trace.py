@@ -86,6 +86,18 @@ class PlanCaches:
     lower: IdentityLRU[Any, Any]  # lowered messages per session message
 
 
+def plan_caches(plan: Plan) -> PlanCaches:
+    """The caches steps on ``plan`` share (built on first use, kept in ``plan.memo``)."""
+    caches: PlanCaches | None = plan.memo.get("step")
+    if caches is None:  # the plan never changes: build its caches once, in one store
+        counter, warning = plan_counter(plan)
+        if not isinstance(counter, EstimateCounter):
+            counter = CountCache(counter)  # count each message once, not every step
+        caches = PlanCaches(counter, warning, JsonCache(counter.count), IdentityLRU())
+        plan.memo["step"] = caches
+    return caches
+
+
 class StepRun:
     """State of one apply call."""
 
@@ -97,13 +109,7 @@ class StepRun:
         #: Lookups shared by several stages of this step (e.g. instruction files).
         self.cached: dict[str, Any] = {}
         self.mutations: list[dict[str, Any]] = []
-        caches: PlanCaches | None = plan.memo.get("step")
-        if caches is None:  # the plan never changes: build its caches once, in one store
-            counter, warning = plan_counter(plan)
-            if not isinstance(counter, EstimateCounter):
-                counter = CountCache(counter)  # count each message once, not every step
-            caches = PlanCaches(counter, warning, JsonCache(counter.count), IdentityLRU())
-            plan.memo["step"] = caches
+        caches = plan_caches(plan)
         self.counter = caches.counter
         warning = caches.warning
         self.json = caches.json
