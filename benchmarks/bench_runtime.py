@@ -11,7 +11,10 @@ compared with a yardstick measured in the same run, so the ratios hold across ma
   session's text once — target ≤ 1.5×;
 * warm apply (the same step again, then the next step) vs ``json.dumps`` of the request it
   produced — target ≤ 3×;
-* peak traced memory of one apply vs the session's size as JSON — target ≤ 3×.
+* peak traced memory of one apply vs the session's size as JSON — target ≤ 3×;
+* a compaction step (a 100k window the recorded usage overflows: compact with the
+  extractive summarizer, build again) vs a cold apply of the same session, with the
+  estimate and with tiktoken — target ≤ 2×.
 
 ``--profile`` prints the functions that dominate a warm apply.
 """
@@ -22,6 +25,7 @@ import cProfile
 import json
 import pstats
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -35,8 +39,10 @@ from kilo_rules.importers import read_session
 from kilo_rules.plan import Plan
 from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
+from kilo_rules.runtime.facade import Runtime
 from kilo_rules.session import Session, TextPart, ToolPart
 from kilo_rules.simulate import without_recorded_compactions
+from kilo_rules.summarizers import ExtractiveSummarizer
 from kilo_rules.tokens import TiktokenCounter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,6 +86,36 @@ def fresh_plan() -> Plan:
     """A plan compiled from scratch (the compile cache is emptied first)."""
     compile_module.clear_cache()
     return compile_policy("kilo-default", model_from_data(MODEL))
+
+
+def compaction_step(step: Session, before: list[Any], counter: str) -> tuple[float, float]:
+    """(cold apply, compaction step) of ``step`` on a 100k window, where its recorded usage
+    is over the limit: the runtime compacts (extractive summarizer) and builds the request
+    again. The plan's caches are warm from the step before, as an agent's would be."""
+    with tempfile.TemporaryDirectory() as tmp:
+        policy = Path(tmp) / "bench.yaml"
+        policy.write_text(
+            f"version: 1\nname: bench\nextends: kilo-default\ntokens: {{counter: '{counter}'}}\n",
+            encoding="utf-8",
+        )
+        small = model_from_data({**MODEL, "limits": {"context": 100_000, "output": 32_000}})
+
+        def cold_apply() -> None:
+            compile_module.clear_cache()
+            apply_plan(compile_policy(policy, small), step, StepInput())
+
+        cold = best_of(cold_apply, repeat=3)
+        times = []
+        for _ in range(3):
+            compile_module.clear_cache()
+            plan = compile_policy(policy, small)
+            apply_plan(plan, step.model_copy(update={"messages": before}), StepInput())
+            runtime = Runtime(plan, ExtractiveSummarizer())
+            start = time.perf_counter()
+            result = runtime.step(step)
+            times.append(time.perf_counter() - start)
+            assert result.compactions >= 1, "the window must force a compaction"
+    return cold, min(times)
 
 
 def main(argv: list[str]) -> None:
@@ -131,6 +167,10 @@ def main(argv: list[str]) -> None:
     row("warm apply (same step)", warm, dumps, 3.0)
     row("warm apply (next step)", warm_next, dumps, 3.0)
     row("peak memory vs session", float(peak), float(size), 3.0, unit="MB")
+
+    for spec in ("estimate", "tiktoken:cl100k_base"):
+        cold_c, step_c = compaction_step(step, full.messages[: last_assistant - 1], spec)
+        row(f"compaction step ({spec.split(':')[0]})", step_c, cold_c, 2.0)
 
     if "--profile" in argv:
         prof = cProfile.Profile()
