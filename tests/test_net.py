@@ -164,7 +164,7 @@ def test_the_deadline_holds_when_a_read_stalls_near_its_end(hostile: HostileServ
     with pytest.raises(NetworkError) as info:
         NetClient(LOCAL).get_text(f"{hostile.base_url}/stall", deadline=1.0)
     assert code_of(info) == "net.deadline"
-    assert elapsed(start) < 1.4  # the read after the first byte is cut at the deadline
+    assert elapsed(start) < 1.5  # without the watchdog the read would wait until ~1.8 s
 
 
 def test_a_gzip_bomb_stops_at_the_decoded_cap(hostile: HostileServer) -> None:
