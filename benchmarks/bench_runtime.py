@@ -12,6 +12,9 @@ compared with a yardstick measured in the same run, so the ratios hold across ma
 * warm apply (the same step again, then the next step) vs ``json.dumps`` of the request it
   produced — target ≤ 3×;
 * peak traced memory of one apply vs the session's size as JSON — target ≤ 3×;
+* with tiktoken counts: cold apply vs tiktoken (≤ 1.5×) and warm apply vs ``json.dumps``
+  (≤ 3×); and, with either counter, a step on a session read back from JSON (all message
+  objects new, as in a stateless service) vs ``json.dumps`` (≤ 3×);
 * a compaction step (a 100k window the recorded usage overflows: compact with the
   extractive summarizer, build again) vs a cold apply of the same session, with the
   estimate and with tiktoken — target ≤ 2×.
@@ -40,7 +43,7 @@ from kilo_rules.plan import Plan
 from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.runtime.facade import Runtime
-from kilo_rules.session import Session, TextPart, ToolPart
+from kilo_rules.session import Session, TextPart, ToolPart, session_from_json
 from kilo_rules.simulate import without_recorded_compactions
 from kilo_rules.summarizers import ExtractiveSummarizer
 from kilo_rules.tokens import TiktokenCounter
@@ -86,6 +89,48 @@ def fresh_plan() -> Plan:
     """A plan compiled from scratch (the compile cache is emptied first)."""
     compile_module.clear_cache()
     return compile_policy("kilo-default", model_from_data(MODEL))
+
+
+def counted_plan(policy_dir: Path, counter: str, model: dict[str, Any] = MODEL) -> Plan:
+    """kilo-default with ``tokens.counter: counter``, compiled from scratch."""
+    policy = policy_dir / "bench.yaml"
+    policy.write_text(
+        f"version: 1\nname: bench\nextends: kilo-default\ntokens: {{counter: '{counter}'}}\n",
+        encoding="utf-8",
+    )
+    compile_module.clear_cache()
+    return compile_policy(policy, model_from_data(model))
+
+
+def apply_with_counter(step: Session, counter: str) -> tuple[float, float]:
+    """(cold apply, warm apply) of ``step`` under ``counter``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        colds = []
+        for _ in range(3):
+            plan = counted_plan(Path(tmp), counter)
+            start = time.perf_counter()
+            apply_plan(plan, step, StepInput())
+            colds.append(time.perf_counter() - start)
+        plan = counted_plan(Path(tmp), counter)
+        apply_plan(plan, step, StepInput())
+        warm = best_of(lambda: apply_plan(plan, step, StepInput()), repeat=5)
+    return min(colds), warm
+
+
+def reloaded_step(step: Session, counter: str) -> float:
+    """A step on a session read back from its JSON, as a stateless service does each step
+    (the parse itself not timed): the plan is warm, the message objects are all new."""
+    text = step.model_dump_json()
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = counted_plan(Path(tmp), counter)
+        apply_plan(plan, session_from_json(text), StepInput())
+        times = []
+        for _ in range(5):
+            fresh = session_from_json(text)
+            start = time.perf_counter()
+            apply_plan(plan, fresh, StepInput())
+            times.append(time.perf_counter() - start)
+    return min(times)
 
 
 def compaction_step(step: Session, before: list[Any], counter: str) -> tuple[float, float]:
@@ -166,6 +211,13 @@ def main(argv: list[str]) -> None:
     row("cold apply vs tiktoken", cold, tik, 1.5)
     row("warm apply (same step)", warm, dumps, 3.0)
     row("warm apply (next step)", warm_next, dumps, 3.0)
+    for spec in ("estimate", "tiktoken:cl100k_base"):
+        exact = spec != "estimate"
+        if exact:
+            cold_t, warm_t = apply_with_counter(step, spec)
+            row("cold apply (tiktoken)", cold_t, tik, 1.5)
+            row("warm apply (tiktoken)", warm_t, dumps, 3.0)
+        row(f"reloaded step ({spec.split(':')[0]})", reloaded_step(step, spec), dumps, 3.0)
     row("peak memory vs session", float(peak), float(size), 3.0, unit="MB")
 
     for spec in ("estimate", "tiktoken:cl100k_base"):
