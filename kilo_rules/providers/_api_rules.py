@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
+from ..catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS
+
 __all__ = ["RULES", "ApiRules", "Pairing"]
 
 
@@ -80,7 +82,7 @@ RULES: Mapping[str, ApiRules] = MappingProxyType(
             # "all messages must have non-empty content except for the optional final
             # assistant message"
             empty_final_assistant=True,
-            marker_budget=4,
+            marker_budget=WIRE_BREAKPOINTS["anthropic"],
             marker_not_on_thinking=True,
             ttl_order=True,
             signature_issuer="anthropic",
@@ -98,7 +100,7 @@ RULES: Mapping[str, ApiRules] = MappingProxyType(
             non_blank_text=True,
             non_empty_content=True,
             result_content_required=True,
-            marker_budget=4,
+            marker_budget=WIRE_BREAKPOINTS["bedrock"],
             marker_not_on_thinking=True,
             marker_not_first=True,
             ttl_order=True,
@@ -140,7 +142,7 @@ RULES: Mapping[str, ApiRules] = MappingProxyType(
             marker_key="prompt_cache_breakpoint",
             pairing="tool-messages",
             unique_call_ids=True,
-            marker_budget=4,  # explicit breakpoints: at most 4 per request
+            marker_budget=EXPLICIT_BREAKPOINTS["openai"],  # explicit breakpoints per request
             marked_text_not_blank=True,
             assistant_needs_content=True,
             # "Invalid 'messages[2].tool_calls[0].id': string too long. Expected a string
@@ -154,7 +156,8 @@ RULES: Mapping[str, ApiRules] = MappingProxyType(
             marker_key="cache_control",
             pairing="tool-messages",
             unique_call_ids=True,
-            marker_budget=4,  # forwarded to Anthropic (OpenRouter), whose budget is 4
+            # forwarded to Anthropic (OpenRouter), whose budget applies
+            marker_budget=WIRE_BREAKPOINTS["openai-compatible"],
             marked_text_not_blank=True,
             assistant_needs_content=True,
             tool_name_pattern=_NAME,

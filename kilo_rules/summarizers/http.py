@@ -77,6 +77,16 @@ class _StatusError(SummarizerError):
         self.retry_after = retry_after
 
 
+#: A network failure as the summarizer reports it: (what happened, code, retry?); any
+#: other refusal is the network policy's (``summarizer.refused``).
+_NET_FAILURES: dict[str, tuple[str, str, bool]] = {
+    "net.deadline": ("timed out", "summarizer.timeout", True),
+    "net.transport": ("request failed", "summarizer.network", True),
+    "net.too-large": ("the reply is too large", "summarizer.too-large", False),
+    "net.encoding": ("unreadable reply", "summarizer.response", False),
+}
+
+
 class HttpSummarizer:
     """A :class:`~kilo_rules.summarize.Summarizer` backed by a chat endpoint.
 
@@ -278,37 +288,16 @@ class HttpSummarizer:
 
     def _network_error(self, exc: NetworkError) -> SummarizerError:
         d = exc.diagnostic
-        detail = self._redact(d.message)
-        facts = {"net": d.code}
-        if d.code == "net.deadline":
-            return SummarizerError(
-                f"{self._where()}: timed out: {detail}",
-                retryable=True,
-                code="summarizer.timeout",
-                details=facts,
-            )
-        if d.code == "net.transport":
-            return SummarizerError(
-                f"{self._where()}: request failed: {detail}",
-                retryable=True,
-                code="summarizer.network",
-                details=facts,
-            )
+        what, code, retryable = _NET_FAILURES.get(
+            d.code, ("refused by the network policy", "summarizer.refused", False)
+        )
+        facts: dict[str, Any] = {"net": d.code}
         if d.code == "net.too-large":
-            return SummarizerError(
-                f"{self._where()}: the reply is too large: {detail}",
-                code="summarizer.too-large",
-                details={**facts, "max_bytes": self.max_reply_bytes},
-            )
-        if d.code == "net.encoding":
-            return SummarizerError(
-                f"{self._where()}: unreadable reply: {detail}",
-                code="summarizer.response",
-                details=facts,
-            )
+            facts["max_bytes"] = self.max_reply_bytes
         return SummarizerError(
-            f"{self._where()}: refused by the network policy: {detail}",
-            code="summarizer.refused",
+            f"{self._where()}: {what}: {self._redact(d.message)}",
+            retryable=retryable,
+            code=code,
             details=facts,
         )
 
