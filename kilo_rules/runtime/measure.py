@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..request import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult, ToolSpec
+from ..tokens import CountCache, EstimateCounter, estimate, utf16_len
 from .memo import IdentityLRU
 
 MEDIA_PLACEHOLDER = "[encoded media]"
@@ -85,8 +86,6 @@ def message_data(
     counter: Callable[[str], int] | None = None,
 ) -> tuple[list[dict[str, Any]], int, int]:
     """(AI-SDK-shaped messages, extra tokens hidden by stripping, media count)."""
-    from ..tokens import estimate
-
     count = counter or estimate
     extra = [0, 0]
     out = [_message_dict(m, strip, extra, count) for m in messages]
@@ -171,8 +170,6 @@ def json_list_parts(
     piece adds, the count from those summed and the number of pieces), or None when the
     counter must see the whole string. Sums let a caller count any run of messages from
     prefix sums, in constant time."""
-    from ..tokens import CountCache, EstimateCounter, utf16_len
-
     owner = getattr(counter, "__self__", None)
     if isinstance(owner, EstimateCounter):
         estimate = owner
