@@ -21,9 +21,6 @@ from ..request import (
     ToolResult,
 )
 
-#: Text parts that start with this tag carry Kilo's per-turn environment block.
-ENVIRONMENT_TAG = "<environment_details>"
-
 _ID_OK = re.compile(r"^[a-zA-Z0-9_-]+$")
 _ID_BAD_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -45,11 +42,6 @@ def sanitize_call_id(call_id: str) -> str:
     return f"{_ID_BAD_CHAR.sub('_', call_id)}_{digest}"
 
 
-def is_environment(part: Part) -> bool:
-    """True for a text part holding the per-turn ``<environment_details>`` block."""
-    return isinstance(part, Text) and part.text.lstrip().startswith(ENVIRONMENT_TAG)
-
-
 def is_blank(text: str) -> bool:
     """Text with nothing but whitespace (or nothing at all).
 
@@ -57,7 +49,7 @@ def is_blank(text: str) -> bool:
     Bedrock and Gemini, and it tells the model nothing, so no wire sends it: Claude Code,
     for one, records ``"\\n\\n"`` text blocks before its tool calls.
     """
-    return not text.strip()
+    return not text or text.isspace()  # isspace stops at the first other character
 
 
 def is_blank_text(part: Part) -> bool:
@@ -174,6 +166,8 @@ def settle_marks(
     block become one. Returns the kept blocks with their marks and the mark nothing
     could carry (the caller may put it on the message itself, or drop it).
     """
+    if message_level is None and all(mark is None for _, mark, _ in entries):
+        return [(b, None) for b, _, _ in entries if b is not None], None  # the common case
     carriers = [i for i, (block, _, ok) in enumerate(entries) if block is not None and ok]
     marks: dict[int, CacheMark | None] = {}
     leftover: CacheMark | None = None

@@ -58,7 +58,7 @@ class BodyContext:
 
 
 def _blank(text: str | None) -> bool:
-    return not (text or "").strip()
+    return not text or text.isspace()
 
 
 def _answering(view: View, rules: ApiRules, i: int) -> tuple[Turn, ...] | None:

@@ -24,7 +24,7 @@ from .guards import json_list_bytes, overflow, saving, unfit
 from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import lower, lower_settings
-from .measure import Measure, count_json_list, measure
+from .measure import Measure, Piece, measure
 from .output import cap_output
 from .prune import apply_marks, prune, prune_settings
 from .system import build_system, step_instructions
@@ -109,7 +109,7 @@ class StepState:
     view: list[Message] = field(default_factory=list)
     has_summary: bool = False
     lowered: list[ModelMessage] = field(default_factory=list)
-    pieces: list[str] = field(default_factory=list)  # the lowered messages' JSON
+    pieces: list[Piece] = field(default_factory=list)  # the lowered messages' JSON
     size: int = 0  # bytes of the message JSON
     tools: tuple[ToolSpec, ...] = ()
     context: dict[str, Any] = field(default_factory=dict)  # per-step policy values
@@ -422,7 +422,7 @@ def _dynamic_names(
     r: StepRun,
     view: Sequence[Message],
     lowered: Sequence[ModelMessage],
-    pieces: Sequence[str],
+    pieces: Sequence[Piece],
     size: int,
 ) -> dict[str, Any]:
     from .history import turns
@@ -443,7 +443,7 @@ def _dynamic_names(
         "session.last.cache_write": t.cache.write if t else 0,
         "session.last.total": (t.total or 0) if t else 0,
         "session.last.count": usage_count(t, r.plan.settings.overflow.count),
-        "request.estimated_tokens": count_json_list(pieces, r.counter.count),
+        "request.estimated_tokens": r.json.count(pieces),
         "request.bytes": size,
         "request.media": sum(1 for m in lowered for p in m.parts if p.kind == "media"),
         "request.mid_tool_loop": any(m.role == "tool" for m in lowered[last_user + 1 :]),

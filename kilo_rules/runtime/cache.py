@@ -213,7 +213,12 @@ def _unstable(part: Part) -> bool:
     """Per-turn text (synthetic, or the environment block): a mark on it never hits."""
     if not isinstance(part, Text):
         return False
-    return part.synthetic or part.text.lstrip().startswith(_ENVIRONMENT)
+    if part.synthetic:
+        return True
+    text = part.text
+    if text[:1].isspace():  # strip only when needed: a text may be megabytes
+        text = text.lstrip()
+    return text.startswith(_ENVIRONMENT)
 
 
 def _stable_part(message: ModelMessage, skip_environment: bool) -> int | None:

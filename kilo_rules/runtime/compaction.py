@@ -27,7 +27,7 @@ from .chunks import drift, instructions, write_summary
 from .history import Turn, compaction_part, completed_compactions, project, turns
 from .inject import is_env_part
 from .lower import LowerSettings, is_media, lower, lower_settings
-from .measure import JsonCache, count_json_list, json_list_parts
+from .measure import JsonCache
 from .prune import prune, prune_settings
 from .trace import PlanCaches, plan_caches
 
@@ -81,29 +81,25 @@ class Sizes:
         count: Count,
         caches: PlanCaches | None = None,
     ) -> None:
-        self.count = count
-        json = caches.json if caches is not None else JsonCache(count)
+        self.json = caches.json if caches is not None else JsonCache(count)
         lower_cache = caches.lower if caches is not None else None
         # Lowering is per message once historical media are kept (the summary input's
         # settings never strip them), so a run's JSON is its messages' pieces in order.
         self.pieces = [
-            [json.plain(m) for m in lower([msg], settings, lower_cache)] for msg in messages
+            [self.json.plain(m) for m in lower([msg], settings, lower_cache)] for msg in messages
         ]
-        self.parts = json_list_parts(count)
         self.sums = [0]
         self.lengths = [0]
-        if self.parts is not None:
-            weight = self.parts[0]
-            for pieces in self.pieces:
-                self.sums.append(self.sums[-1] + sum(weight(p) for p in pieces))
-                self.lengths.append(self.lengths[-1] + len(pieces))
+        for pieces in self.pieces:
+            self.sums.append(self.sums[-1] + sum(p.weight for p in pieces))
+            self.lengths.append(self.lengths[-1] + len(pieces))
 
     def of(self, start: int, end: int) -> int:
         """The count of ``messages[start:end]``."""
-        if self.parts is None:
-            return count_json_list([p for ps in self.pieces[start:end] for p in ps], self.count)
-        return self.parts[1](
-            self.sums[end] - self.sums[start], self.lengths[end] - self.lengths[start]
+        return self.json.count_run(
+            self.sums[end] - self.sums[start],
+            self.lengths[end] - self.lengths[start],
+            lambda: [p for ps in self.pieces[start:end] for p in ps],
         )
 
 

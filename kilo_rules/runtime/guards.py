@@ -14,17 +14,14 @@ from typing import Any
 
 from ..request import ModelMessage, ToolSpec
 from ..session import Message
-from .measure import measure
+from .measure import Piece, measure
 from .trace import StepRun, last_finished, usage_count
 
 
-def json_list_bytes(pieces: Sequence[str]) -> int:
-    """UTF-8 size of ``"[" + ",".join(pieces) + "]"`` (Kilo's payload measure), computed
-    piece by piece so the whole body is never built twice."""
-    total = max(len(pieces) - 1, 0) + 2
-    for p in pieces:
-        total += len(p) if p.isascii() else len(p.encode("utf-8", "surrogatepass"))
-    return total
+def json_list_bytes(pieces: Sequence[Piece]) -> int:
+    """UTF-8 size of the JSON list of ``pieces`` (Kilo's payload measure), from the
+    pieces' sizes, so the whole body is never built."""
+    return sum(p.size for p in pieces) + max(len(pieces) - 1, 0) + 2
 
 
 def saving(messages: Sequence[Message], parts: set[str], r: StepRun) -> int:

@@ -17,7 +17,7 @@ import base64
 import binascii
 import dataclasses
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,7 @@ from ..session import (
     ToolPart,
 )
 from .history import has_non_synthetic_part
-from .memo import IdentityLRU
+from .memo import ContentKey, ContentMemo, UnkeyableError, data_key
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -234,15 +234,65 @@ def _user(msg: Message, settings: LowerSettings, strip: bool) -> ModelMessage | 
     return ModelMessage("user", tuple(parts), client_mark(msg.metadata), source_id=msg.id)
 
 
+def _file_key(p: FilePart) -> Hashable:
+    return ("file", p.mime, p.url, p.filename)
+
+
+def _part_key(p: object) -> Hashable:
+    if isinstance(p, TextPart):
+        return ("text", p.text, p.synthetic, p.ignored, data_key(p.metadata.get("cache_control")))
+    if isinstance(p, ToolPart):
+        meta = p.metadata
+        return (
+            "tool",
+            p.call_id,
+            p.tool,
+            data_key(p.input),
+            p.status,
+            p.output,
+            p.error,
+            p.time.compacted,
+            data_key(meta.get("cache_control")),
+            data_key(meta.get("thought_signature")),
+            *[_file_key(a) for a in p.attachments],
+        )
+    if isinstance(p, ReasoningPart):
+        return ("reasoning", p.text, p.signature, p.encrypted)
+    if isinstance(p, FilePart):
+        return _file_key(p)
+    if isinstance(p, StepStartPart | CompactionPart):
+        return p.type
+    raise UnkeyableError(type(p).__name__)  # pragma: no cover - every part kind is keyed
+
+
+def lowering_key(msg: Message) -> ContentKey | None:
+    """Everything lowering reads from ``msg`` (and nothing else: tool metadata such as a
+    recorded diff stays out), so messages with equal keys lower to equal messages; None
+    when a value in it is not JSON-like data. Hashed by the message and part ids."""
+    try:
+        content = (
+            msg.id,
+            msg.role,
+            msg.model,
+            msg.error.name if msg.error is not None else None,
+            data_key(msg.metadata.get("cache_control")),
+            *[_part_key(p) for p in msg.parts],
+        )
+    except UnkeyableError:
+        return None
+    return ContentKey(content, (msg.id, *[p.id for p in msg.parts]))
+
+
 def lower(
     messages: Sequence[Message],
     settings: LowerSettings,
-    cache: IdentityLRU[Message, dict[tuple[LowerSettings, bool], list[ModelMessage]]] | None = None,
+    cache: ContentMemo[Message, dict[tuple[LowerSettings, bool], list[ModelMessage]]] | None = None,
 ) -> list[ModelMessage]:
     """Model messages for the (already projected) ``messages``.
 
-    With ``cache``, a message lowered before with the same settings is not lowered again
-    (and its lowered messages are the same objects, so their JSON is cached too)."""
+    With ``cache``, a message lowered before with the same settings (the same object, or
+    one of equal content) is not lowered again, and its lowered messages are the same
+    objects, so their JSON and counts are cached too."""
     cutoff = -1
     if settings.strip_historical_media:
         for i in range(len(messages) - 1, -1, -1):

@@ -106,29 +106,62 @@ def _opaque(m: ModelMessage) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One message's JSON as the measures see it."""
+
+    text: str
+    size: int  # UTF-8 bytes
+    weight: int  # what it adds to a list count (0: the counter must see whole lists)
+    extra: int = 0  # tokens hidden by stripping media and opaque reasoning
+    media: int = 0  # media stripped
+
+
 class JsonCache:
-    """The JSON of each message, serialised once and shared by the payload guard, the
-    token estimate and the preflight measure — within a step, and across steps when the
-    same (immutable) message objects come back."""
+    """The JSON of each message and what it adds to a token count, made once and shared
+    by the payload guard, the token estimate and the preflight measure — within a step,
+    and across steps when the same (immutable) message objects come back."""
 
     def __init__(self, counter: Callable[[str], int], maxsize: int = 8192) -> None:
         self.counter = counter
-        self._plain: IdentityLRU[ModelMessage, str] = IdentityLRU(maxsize)
-        self._stripped: IdentityLRU[ModelMessage, tuple[str, int, int]] = IdentityLRU(maxsize)
+        self._parts = json_list_parts(counter)
+        self._plain: IdentityLRU[ModelMessage, Piece] = IdentityLRU(maxsize)
+        self._stripped: IdentityLRU[ModelMessage, Piece] = IdentityLRU(maxsize)
 
-    def plain(self, m: ModelMessage) -> str:
-        return self._plain.get_or(m, lambda: _dumps(_message_dict(m, False, [0, 0], self.counter)))
+    def _piece(self, text: str, extra: int = 0, media: int = 0) -> Piece:
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        weight = self._parts[0](text) if self._parts is not None else 0
+        return Piece(text, size, weight, extra, media)
 
-    def stripped(self, m: ModelMessage) -> tuple[str, int, int]:
+    def plain(self, m: ModelMessage) -> Piece:
+        """The message's JSON."""
+        return self._plain.get_or(
+            m, lambda: self._piece(_dumps(_message_dict(m, False, [0, 0], self.counter)))
+        )
+
+    def stripped(self, m: ModelMessage) -> Piece:
+        """The message's JSON with media and opaque reasoning swapped for placeholders."""
         if not _opaque(m):
-            return self.plain(m), 0, 0
+            return self.plain(m)
 
-        def make() -> tuple[str, int, int]:
+        def make() -> Piece:
             extra = [0, 0]
             text = _dumps(_message_dict(m, True, extra, self.counter))
-            return text, extra[0], extra[1]
+            return self._piece(text, extra[0], extra[1])
 
         return self._stripped.get_or(m, make)
+
+    def count(self, pieces: Sequence[Piece]) -> int:
+        """``counter`` of the JSON list of ``pieces``, from their weights when it adds up
+        piece by piece (:func:`json_list_parts`)."""
+        return self.count_run(sum(p.weight for p in pieces), len(pieces), lambda: pieces)
+
+    def count_run(self, weight: int, n: int, pieces: Callable[[], Sequence[Piece]]) -> int:
+        """The count of a JSON list of ``n`` pieces whose weights sum to ``weight``; a
+        counter that must see whole lists counts the text of ``pieces()`` instead."""
+        if self._parts is None:
+            return self.counter("[" + ",".join(p.text for p in pieces()) + "]")
+        return self._parts[1](weight, n)
 
 
 def messages_json(messages: Sequence[ModelMessage]) -> str:
@@ -182,16 +215,6 @@ def json_list_parts(
     return None
 
 
-def count_json_list(pieces: Sequence[str], counter: Callable[[str], int]) -> int:
-    """``counter("[" + ",".join(pieces) + "]")``, without building the string when the
-    counter adds up piece by piece (:func:`json_list_parts`)."""
-    parts = json_list_parts(counter)
-    if parts is None:
-        return counter("[" + ",".join(pieces) + "]")
-    weight, total = parts
-    return total(sum(weight(p) for p in pieces), len(pieces))
-
-
 def measure(
     messages: Sequence[ModelMessage],
     tools: Sequence[ToolSpec],
@@ -203,16 +226,14 @@ def measure(
     """Kilo's preflight ``measure`` (spec §4)."""
     cache = cache or JsonCache(counter)
     pieces = [cache.stripped(m) for m in messages]
-    extra = sum(p[1] for p in pieces)
-    media = sum(p[2] for p in pieces)
-    chars = count_json_list([p[0] for p in pieces], counter)
+    extra = sum(p.extra for p in pieces)
+    media = sum(p.media for p in pieces)
+    chars = cache.count(pieces)
     tool_tokens = counter(_tools_json(tools))
     normalized = math.ceil((chars + tool_tokens) * factor)
     raw = math.ceil((chars + extra + tool_tokens) * factor)
     last_assistant = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
-    tail = math.ceil(
-        count_json_list([p[0] for p in pieces[last_assistant + 1 :]], counter) * factor
-    )
+    tail = math.ceil(cache.count(pieces[last_assistant + 1 :]) * factor)
     system_chars = sum(
         len(p.text) for m in messages if m.role == "system" for p in m.parts if isinstance(p, Text)
     )

@@ -6,59 +6,62 @@ per assistant message and never when the system prompt already carries it (Kilo'
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..request import ModelMessage, Text, ToolCall, ToolResult
 from .context import Workspace
+from .system import read_instruction_file
 
 READ_TOOLS = frozenset({"read", "Read", "view", "read_file"})
 PATH_KEYS = ("filePath", "file_path", "path")
 
 
-def _read_path(call: ToolCall, ws: Workspace) -> Path | None:
+def _read_path(call: ToolCall, ws: Workspace) -> str | None:
     for key in PATH_KEYS:
         value = call.input.get(key)
         if isinstance(value, str) and value:
-            p = Path(value)
-            return p if p.is_absolute() else Path(ws.cwd) / p
+            return os.path.join(ws.cwd, value)  # an absolute value replaces cwd  # noqa: PTH118
     return None
 
 
 def _candidates(
-    file: Path, names: Sequence[str], stop: Path, memo: dict[Path, Path | None]
-) -> list[Path]:
+    file: str, names: Sequence[str], stop: str, memo: dict[str, str | None]
+) -> list[str]:
     """Instruction files between the file's directory and the workspace root, nearest
     first; in each directory the first configured name that exists. ``memo`` remembers
-    directories already looked at during this request."""
-    # normpath, not resolve(): no system call per read (symlinked trees are rare here).
-    current = Path(os.path.normpath(os.path.abspath(file))).parent  # noqa: PTH100
-    try:
-        current.relative_to(stop)
-    except ValueError:
+    directories already looked at during this request. Paths are strings, not ``Path``s:
+    this runs for every read call of the history on every step."""
+    # normpath, not realpath: no system call per read (symlinked trees are rare here).
+    current = os.path.dirname(os.path.normpath(os.path.abspath(file)))  # noqa: PTH100, PTH120
+    inside = stop if stop.endswith(os.sep) else stop + os.sep
+    if current != stop and not current.startswith(inside):
         return []  # outside the workspace: nothing to attach
     found = []
     while True:
         if current not in memo:
-            hit = next((current / n for n in names if (current / n).is_file()), None)
-            memo[current] = hit.resolve() if hit is not None else None
+            here = (os.path.join(current, n) for n in names)  # noqa: PTH118
+            hit = next((p for p in here if os.path.isfile(p)), None)  # noqa: PTH113
+            memo[current] = os.path.realpath(hit) if hit is not None else None
         hit = memo[current]
         if hit is not None:
             found.append(hit)
-        if current == stop or current.parent == current:
+        parent = os.path.dirname(current)  # noqa: PTH120
+        if current == stop or parent == current:
             return found
-        current = current.parent
+        current = parent
 
 
 def attach(
     messages: Sequence[ModelMessage],
     names: Sequence[str],
-    loaded: set[Path],
+    loaded: Collection[Path],
     ws: Workspace,
 ) -> tuple[list[ModelMessage], list[dict[str, Any]]]:
-    """Messages with on-demand instruction files appended to read results, and decisions."""
+    """Messages with on-demand instruction files appended to read results, and decisions;
+    ``loaded`` are the instruction files the system prompt already carries."""
     calls: dict[str, tuple[str | None, ToolCall]] = {}
     for m in messages:
         if m.role == "assistant":
@@ -67,9 +70,10 @@ def attach(
                     calls[p.call_id] = (m.source_id, p)
     if not calls:
         return list(messages), []
-    claimed: dict[str | None, set[Path]] = {}
-    memo: dict[Path, Path | None] = {}
-    stop = Path(os.path.normpath(os.path.abspath(ws.root or ws.cwd)))  # noqa: PTH100
+    in_system = {str(p) for p in loaded}
+    claimed: dict[str | None, set[str]] = {}
+    memo: dict[str, str | None] = {}
+    stop = os.path.normpath(os.path.abspath(ws.root or ws.cwd))  # noqa: PTH100
     decisions: list[dict[str, Any]] = []
     out: list[ModelMessage] = []
     for m in messages:
@@ -86,18 +90,18 @@ def attach(
                 seen = claimed.setdefault(owner, set())
                 extra: list[Text] = []
                 for f in _candidates(path, names, stop, memo) if path else []:
-                    if f in loaded or f in seen:
+                    if f in in_system or f in seen:
                         continue
                     seen.add(f)
                     try:
-                        body = f.read_text(encoding="utf-8")
+                        body = read_instruction_file(Path(f))
                     except (OSError, UnicodeDecodeError):
                         continue
                     note = f"Instructions from: {f}\n{body}"
                     extra.append(
                         Text(f"<system-reminder>\n{note}\n</system-reminder>", synthetic=True)
                     )
-                    decisions.append({"rule": "on_demand", "file": str(f), "call": part.call_id})
+                    decisions.append({"rule": "on_demand", "file": f, "call": part.call_id})
                 if extra:
                     part = replace(part, content=(*part.content, *extra))
                     changed = True

@@ -15,8 +15,9 @@ from ..errors import Location
 from ..session import Message, Session, TokenUsage
 from ..tokens import CountCache, EstimateCounter, TokenCounter, counter_for
 from .context import StepInput
+from .lower import lowering_key
 from .measure import JsonCache
-from .memo import IdentityLRU
+from .memo import ContentMemo
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -83,7 +84,7 @@ class PlanCaches:
     counter: TokenCounter  # a CountCache around an exact counter
     warning: str | None  # why the policy's counter could not be used
     json: JsonCache  # per-message JSON and token counts
-    lower: IdentityLRU[Any, Any]  # lowered messages per session message
+    lower: ContentMemo[Any, Any]  # lowered messages per session message
 
 
 def plan_caches(plan: Plan) -> PlanCaches:
@@ -93,7 +94,7 @@ def plan_caches(plan: Plan) -> PlanCaches:
         counter, warning = plan_counter(plan)
         if not isinstance(counter, EstimateCounter):
             counter = CountCache(counter)  # count each message once, not every step
-        caches = PlanCaches(counter, warning, JsonCache(counter.count), IdentityLRU())
+        caches = PlanCaches(counter, warning, JsonCache(counter.count), ContentMemo(lowering_key))
         plan.memo["step"] = caches
     return caches
 
