@@ -72,9 +72,10 @@ class Tokens(_Section):
 
     counter: str = Field(
         "estimate",
-        description="Token counter: 'estimate' (characters / chars_per_token), "
-        "'tiktoken:<encoding>' (loaded offline), or 'model' to use the model's catalog "
-        "tokenizer.",
+        description="Token counter: 'estimate' (characters / chars_per_token of the "
+        "request's JSON, as Kilo measures), 'tiktoken:<encoding>' (loaded offline; counts "
+        "the text the model reads — texts, tool names, inputs and outputs — plus 3 tokens "
+        "per message), or 'model' to use the model's catalog tokenizer.",
         pattern=r"^(estimate|model|tiktoken:[A-Za-z0-9_]+)$",
     )
     chars_per_token: float = Field(

@@ -5,6 +5,8 @@ count. :func:`messages_json` produces the same shape from our messages, and
 :func:`measure` is the preflight estimate: media and opaque reasoning are swapped for short
 placeholders (their real size goes to ``extra``), the result is scaled by the policy's
 factor (Kilo: 1.3), and ``continuation`` says whether a tool round-trip is still open.
+An exact counter (a tokenizer) counts the text the model reads instead of the JSON
+(:func:`_list_count`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..request import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult, ToolSpec
-from ..tokens import CountCache, EstimateCounter, estimate, utf16_len
+from ..tokens import CountCache, EstimateCounter, TiktokenCounter, estimate, utf16_len
 from .memo import IdentityLRU
 
 MEDIA_PLACEHOLDER = "[encoded media]"
@@ -106,6 +108,63 @@ def _opaque(m: ModelMessage) -> bool:
     return False
 
 
+MESSAGE_OVERHEAD = 3
+"""Tokens an exact count adds per message for its role and framing (OpenAI documents 3
+per chat message; no provider documents its own)."""
+
+
+def _text_tokens(m: ModelMessage, strip: bool, count: Callable[[str], int]) -> int:
+    """What a tokenizer reads in ``m``: its texts, tool names, tool inputs as JSON and
+    tool outputs (media and opaque reasoning as placeholders when stripped), plus the
+    message overhead. JSON keys and escapes are not sent to the model's tokenizer."""
+    total = MESSAGE_OVERHEAD
+
+    def one(part: Any) -> int:
+        if isinstance(part, Text):
+            return count(part.text)
+        if isinstance(part, Media):
+            return count(MEDIA_PLACEHOLDER if strip else (part.data or part.url or ""))
+        if isinstance(part, Reasoning):
+            enc = part.encrypted
+            if enc is None:
+                return count(part.text)
+            return count(part.text) + count(REASONING_PLACEHOLDER if strip else enc)
+        if isinstance(part, ToolCall):
+            return count(part.name) + count(_dumps(part.input))
+        if isinstance(part, ToolResult):
+            return sum(one(c) for c in part.content)
+        raise TypeError(type(part).__name__)  # pragma: no cover
+
+    for p in m.parts:
+        total += one(p)
+    return total
+
+
+def _list_count(
+    counter: Callable[[str], int],
+) -> tuple[Callable[[ModelMessage, str, bool], int], Callable[[int, int], int]] | None:
+    """How ``counter`` counts a list of messages piece by piece: (one message's weight
+    from the message, its JSON and whether it is stripped; the count from the weights'
+    sum and the number of messages), or None when the counter must see the whole list.
+
+    An estimate measures the JSON (Kilo's rule: keys and punctuation count); a tokenizer
+    counts the text the model reads (:func:`_text_tokens`), which is also faster than
+    tokenizing escaped JSON."""
+    owner = getattr(counter, "__self__", None)
+    if isinstance(owner, EstimateCounter):
+        estimate = owner
+        return (
+            lambda _m, text, _strip: utf16_len(text),
+            lambda total, n: estimate.count_length(total + max(n - 1, 0) + 2),
+        )
+    if isinstance(owner, CountCache | TiktokenCounter):
+        return (
+            lambda m, _text, strip: _text_tokens(m, strip, counter),
+            lambda total, _n: total,
+        )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Piece:
     """One message's JSON as the measures see it."""
@@ -124,44 +183,38 @@ class JsonCache:
 
     def __init__(self, counter: Callable[[str], int], maxsize: int = 8192) -> None:
         self.counter = counter
-        self._parts = json_list_parts(counter)
+        self._list = _list_count(counter)
         self._plain: IdentityLRU[ModelMessage, Piece] = IdentityLRU(maxsize)
         self._stripped: IdentityLRU[ModelMessage, Piece] = IdentityLRU(maxsize)
 
-    def _piece(self, text: str, extra: int = 0, media: int = 0) -> Piece:
+    def _piece(self, m: ModelMessage, strip: bool) -> Piece:
+        extra = [0, 0]
+        text = _dumps(_message_dict(m, strip, extra, self.counter))
         size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-        weight = self._parts[0](text) if self._parts is not None else 0
-        return Piece(text, size, weight, extra, media)
+        weight = self._list[0](m, text, strip) if self._list is not None else 0
+        return Piece(text, size, weight, extra[0], extra[1])
 
     def plain(self, m: ModelMessage) -> Piece:
         """The message's JSON."""
-        return self._plain.get_or(
-            m, lambda: self._piece(_dumps(_message_dict(m, False, [0, 0], self.counter)))
-        )
+        return self._plain.get_or(m, lambda: self._piece(m, False))
 
     def stripped(self, m: ModelMessage) -> Piece:
         """The message's JSON with media and opaque reasoning swapped for placeholders."""
         if not _opaque(m):
             return self.plain(m)
-
-        def make() -> Piece:
-            extra = [0, 0]
-            text = _dumps(_message_dict(m, True, extra, self.counter))
-            return self._piece(text, extra[0], extra[1])
-
-        return self._stripped.get_or(m, make)
+        return self._stripped.get_or(m, lambda: self._piece(m, True))
 
     def count(self, pieces: Sequence[Piece]) -> int:
-        """``counter`` of the JSON list of ``pieces``, from their weights when it adds up
-        piece by piece (:func:`json_list_parts`)."""
+        """``counter``'s count of the messages of ``pieces`` (their JSON list, for an
+        estimate), from the pieces' weights when it adds up piece by piece."""
         return self.count_run(sum(p.weight for p in pieces), len(pieces), lambda: pieces)
 
     def count_run(self, weight: int, n: int, pieces: Callable[[], Sequence[Piece]]) -> int:
-        """The count of a JSON list of ``n`` pieces whose weights sum to ``weight``; a
-        counter that must see whole lists counts the text of ``pieces()`` instead."""
-        if self._parts is None:
+        """The count of ``n`` pieces whose weights sum to ``weight``; a counter that must
+        see whole lists counts the JSON list of ``pieces()`` instead."""
+        if self._list is None:
             return self.counter("[" + ",".join(p.text for p in pieces()) + "]")
-        return self._parts[1](weight, n)
+        return self._list[1](weight, n)
 
 
 def messages_json(messages: Sequence[ModelMessage]) -> str:
@@ -194,25 +247,6 @@ def _tools_json(tools: Sequence[ToolSpec]) -> str:
         ensure_ascii=False,
         separators=(",", ":"),
     )
-
-
-def json_list_parts(
-    counter: Callable[[str], int],
-) -> tuple[Callable[[str], int], Callable[[int, int], int]] | None:
-    """How ``counter`` measures ``"[" + ",".join(pieces) + "]"`` piece by piece: (what one
-    piece adds, the count from those summed and the number of pieces), or None when the
-    counter must see the whole string. Sums let a caller count any run of messages from
-    prefix sums, in constant time."""
-    owner = getattr(counter, "__self__", None)
-    if isinstance(owner, EstimateCounter):
-        estimate = owner
-        return utf16_len, lambda total, n: estimate.count_length(total + max(n - 1, 0) + 2)
-    if isinstance(owner, CountCache):
-        # A real tokenizer, cached per message: the next step counts only new messages.
-        # JSON punctuation splits tokens, so the sum differs from one count of the whole
-        # list by at most a token per separator.
-        return counter, lambda total, n: total + n + 1
-    return None
 
 
 def measure(

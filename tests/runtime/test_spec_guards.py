@@ -9,8 +9,8 @@ from kilo_rules.compile import compile_policy
 from kilo_rules.request import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult
 from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
-from kilo_rules.runtime.measure import measure, messages_json
-from kilo_rules.tokens import estimate
+from kilo_rules.runtime.measure import MESSAGE_OVERHEAD, measure, messages_json
+from kilo_rules.tokens import EstimateCounter, TiktokenCounter, estimate
 
 from .helpers import assistant, model, session, text, tool, user
 
@@ -145,3 +145,21 @@ def test_unknown_encoding_falls_back_to_the_estimate_with_a_warning(tmp_path: Pa
     result = apply_plan(compile_policy(p, m), session(user("u", "hi")), StepInput())
     warning = next(d for d in result.decisions if d.rule == "tokens.counter")
     assert warning.severity == "warning"
+
+
+def test_a_tokenizer_counts_the_text_the_model_reads_not_its_json() -> None:
+    """An estimate measures the JSON (Kilo's rule); a tokenizer counts texts, tool names
+    and inputs, plus MESSAGE_OVERHEAD per message, so escapes do not inflate the count."""
+    counter = TiktokenCounter("cl100k_base")
+    ansi = "\x1b[1mbold\x1b[22m \"quoted\"\n" * 200
+    msgs = [
+        ModelMessage("user", (Text("run it"),)),
+        ModelMessage("assistant", (ToolCall("c1", "bash", {"cmd": "ls"}),)),
+        ModelMessage("tool", (ToolResult("c1", "bash", (Text(ansi),)),)),
+    ]
+    got = measure(msgs, (), factor=1.0, counter=counter.count).chars
+    content = sum(counter.count(t) for t in ("run it", "bash", '{"cmd":"ls"}', ansi))
+    assert got == content + 3 * MESSAGE_OVERHEAD
+    assert counter.count(messages_json(msgs)) > 1.5 * got  # the JSON escapes every byte
+    kilo = measure(msgs, (), factor=1.0, counter=EstimateCounter().count).chars
+    assert kilo == estimate(messages_json(msgs))  # the estimate still reads the JSON
