@@ -135,7 +135,7 @@ def reloaded_step(step: Session, counter: str) -> float:
         plan = counted_plan(Path(tmp), counter)
         apply_plan(plan, session_from_json(text), StepInput())
         times = []
-        for _ in range(5):
+        for _ in range(9):
             fresh = session_from_json(text)
             gc.collect()
             start = time.perf_counter()
