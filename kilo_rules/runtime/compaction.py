@@ -323,9 +323,8 @@ def compact(
     instruction, new_instruction, template = instructions(plan, previous)
     strip = settings.summary.strip_media
     cap = settings.summary.tool_output_max_chars
-    head = tuple(
-        lower(sel.head, lower_settings(plan, strip_all_media=strip, tool_output_max_chars=cap))
-    )
+    summary_input = lower_settings(plan, strip_all_media=strip, tool_output_max_chars=cap)
+    head = tuple(lower(sel.head, summary_input, plan_caches(plan).lower))
     configured = plan.settings.output.configured
     if isinstance(configured, str):
         configured = plan.value("output.configured")
