@@ -151,7 +151,7 @@ def test_a_tokenizer_counts_the_text_the_model_reads_not_its_json() -> None:
     """An estimate measures the JSON (Kilo's rule); a tokenizer counts texts, tool names
     and inputs, plus MESSAGE_OVERHEAD per message, so escapes do not inflate the count."""
     counter = TiktokenCounter("cl100k_base")
-    ansi = "\x1b[1mbold\x1b[22m \"quoted\"\n" * 200
+    ansi = '\x1b[1mbold\x1b[22m "quoted"\n' * 200
     msgs = [
         ModelMessage("user", (Text("run it"),)),
         ModelMessage("assistant", (ToolCall("c1", "bash", {"cmd": "ls"}),)),
