@@ -20,7 +20,7 @@ from ..plan import CapDecision
 from ..request import ModelMessage, ModelRequest, Text, ToolSpec
 from ..session import Message, Session
 from .context import StepInput
-from .guards import json_list_bytes, overflow, saving, unfit
+from .guards import json_list_bytes, overflow, preflight, saving, unfit
 from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import lower, lower_settings
@@ -202,7 +202,7 @@ def stage_guards(st: StepState) -> None:
         _payload_limit(st, max_bytes)
     st.tools = tuple(ToolSpec(t.name, t.description, dict(t.input_schema)) for t in r.session.tools)
     st.context = plan.context(_dynamic_names(r, st.view, st.lowered, st.pieces, st.size))
-    st.compaction_needed = overflow(r, st.view, st.lowered, st.tools, st.context)
+    st.compaction_needed = overflow(r, st.view, st.context)
 
 
 def _payload_limit(st: StepState, max_bytes: int) -> None:
@@ -284,6 +284,8 @@ def stage_output(st: StepState) -> None:
         counter=r.counter.count,
         cache=r.json,
     )
+    if st.compaction_needed is None:  # Kilo measures with the system prompt (spec §4)
+        st.compaction_needed = preflight(r, m, st.context)
     last = last_finished(st.view)
     if last and not last.summary:
         st.reported = usage_count(last.tokens, plan.settings.overflow.count)

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..request import ModelMessage, ToolSpec
 from ..session import Message
-from .measure import Piece, measure
+from .measure import Measure, Piece
 from .trace import StepRun, last_finished, usage_count
 
 
@@ -64,19 +63,19 @@ def unfit(r: StepRun, input_tokens: int, output: int | None, window: int) -> str
     return "window" if result == "compact" else None
 
 
-def overflow(
-    r: StepRun,
-    view: Sequence[Message],
-    lowered: Sequence[ModelMessage],
-    tools: Sequence[ToolSpec],
-    ctx: dict[str, Any],
-) -> str | None:
-    plan = r.plan
-    if not compacts_automatically(r):
-        return None
-    if plan.model.limits.context == 0:
+def _limit(r: StepRun, ctx: dict[str, Any]) -> int | None:
+    """The compaction limit, or None when this step cannot compact on its own."""
+    if not compacts_automatically(r) or r.plan.model.limits.context == 0:
         return None
     limit = ctx.get("overflow.limit", ctx.get("budget.usable"))
+    return int(limit) if limit is not None else None
+
+
+def overflow(r: StepRun, view: Sequence[Message], ctx: dict[str, Any]) -> str | None:
+    """``"overflow"`` when the newest finished answer's usage reached the limit (Kilo's
+    ``isOverflow``, spec §3), else None."""
+    plan = r.plan
+    limit = _limit(r, ctx)
     if limit is None:
         return None
     last = last_finished(view)
@@ -93,31 +92,22 @@ def overflow(
         )
         if over:
             return "overflow"
-    if ctx.get("overflow.preflight.enabled"):
-        m = measure(
-            lowered,
-            tools,
-            factor=plan.settings.tokens.preflight_factor,
-            counter=r.counter.count,
-            cache=r.json,
-        )
-        if m.continuation and plan.settings.overflow.preflight.skip_mid_tool_loop:
-            r.decide(
-                "guards",
-                "preflight",
-                "overflow.preflight.enabled",
-                {"normalized": m.normalized, "limit": limit},
-                "skipped: mid tool loop",
-            )
-            return None
-        over = m.normalized >= limit
-        r.decide(
-            "guards",
-            "preflight",
-            "overflow.preflight.enabled",
-            {"normalized": m.normalized, "limit": limit},
-            over,
-        )
-        if over:
-            return "preflight"
     return None
+
+
+def preflight(r: StepRun, m: Measure, ctx: dict[str, Any]) -> str | None:
+    """``"preflight"`` when the estimate of the request about to be sent reached the limit
+    (Kilo's ``shouldCompact``, spec §4). ``m`` measures the whole message list, the
+    leading system messages included, as Kilo's ``measure`` does."""
+    limit = _limit(r, ctx)
+    if limit is None or not ctx.get("overflow.preflight.enabled"):
+        return None
+    inputs = {"normalized": m.normalized, "limit": limit}
+    if m.continuation and r.plan.settings.overflow.preflight.skip_mid_tool_loop:
+        r.decide(
+            "guards", "preflight", "overflow.preflight.enabled", inputs, "skipped: mid tool loop"
+        )
+        return None
+    over = m.normalized >= limit
+    r.decide("guards", "preflight", "overflow.preflight.enabled", inputs, over)
+    return "preflight" if over else None

@@ -3,12 +3,13 @@ plus truncation through the plan (§11.1) and cached counting with a real tokeni
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.request import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult
 from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput
+from kilo_rules.runtime.context import Agent, StepInput
 from kilo_rules.runtime.measure import MESSAGE_OVERHEAD, measure, messages_json
 from kilo_rules.tokens import EstimateCounter, TiktokenCounter, estimate
 
@@ -163,3 +164,21 @@ def test_a_tokenizer_counts_the_text_the_model_reads_not_its_json() -> None:
     assert counter.count(messages_json(msgs)) > 1.5 * got  # the JSON escapes every byte
     kilo = measure(msgs, (), factor=1.0, counter=EstimateCounter().count).chars
     assert kilo == estimate(messages_json(msgs))  # the estimate still reads the JSON
+
+
+def test_spec_4_preflight_measures_the_leading_system_messages(tmp_path: Path) -> None:
+    """Kilo's ``measure({messages, tools})`` serialises the model messages, the system
+    messages in front included (overflow.ts@030412e:100-125). Here the conversation alone
+    is under the 10,000-token limit, and the system prompt (an agent prompt of 20,000
+    characters, ~5,000 tokens) takes the request over it."""
+    p = tmp_path / "p.yaml"
+    p.write_text("version: 1\nname: p\nextends: kilo-default\noverflow:\n  threshold_percent: 50\n")
+    plan = compile_policy(p, model(limits={"context": 20_000, "output": 4_000}))
+    s = session(user("u1", "y" * 24_000))  # ceil(6,000 × 1.3) = 7,800 < 10,000 alone
+    assert apply_plan(plan, s, StepInput()).compaction_needed is None
+    agent = Agent(name="code", prompt="p" * 20_000)
+    result = apply_plan(plan, s, StepInput(agent=agent))
+    assert result.compaction_needed == "preflight"
+    verdict = next(d for d in result.decisions if d.rule == "preflight")
+    assert verdict.inputs["normalized"] >= math.ceil((6_000 + 5_000) * 1.3)
+    assert verdict.inputs["limit"] == 10_000
