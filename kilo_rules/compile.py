@@ -297,6 +297,8 @@ def _stage_cache(b: _Build) -> None:
         "last_tool": bp.last_tool,
         "last_system": bp.last_system,
         "latest_user_message": bp.latest_user_message,
+        "latest_assistant": bp.latest_assistant,
+        "rolling": bp.rolling,
         "budget": max(0, budget),
         "provider_limit": provider_limit,
         "ttl": c.ttl,

@@ -74,6 +74,8 @@ class CacheSettings:
     last_tool: bool = True
     last_system: bool = True
     latest_user_message: bool = True
+    latest_assistant: bool = False
+    rolling: int = 0
     budget: int = 4
     ttl: Literal["5m", "1h"] | None = None
     message_ttl: Literal["5m", "1h"] | None = None  # conversation marks; None: same as ttl
@@ -221,6 +223,8 @@ class Plan:
             last_tool=c["last_tool"],
             last_system=c["last_system"],
             latest_user_message=c["latest_user_message"],
+            latest_assistant=c["latest_assistant"],
+            rolling=c["rolling"],
             budget=c["budget"],
             ttl=c["ttl"],
             message_ttl=c.get("message_ttl"),

@@ -500,13 +500,27 @@ class Prompts(_Section):
 
 
 class Breakpoints(_Section):
-    """Which messages get a cache breakpoint."""
+    """Which messages get a cache breakpoint. Each rule reads its own fields, so a policy
+    that switches rule does not inherit the other rule's selection: ``kilo`` reads
+    ``system_first`` and ``non_system_last``; ``auto`` reads the rest, and with the
+    defaults is Kilo's native AUTO (last tool, last system, latest user message)."""
 
-    system_first: int = Field(2, ge=0, description="First N system messages (Kilo: 2).")
-    non_system_last: int = Field(2, ge=0, description="Last N non-system messages (Kilo: 2).")
-    last_tool: bool = Field(True, description="The last tool definition (auto rule).")
-    last_system: bool = Field(True, description="The last system block (auto rule).")
-    latest_user_message: bool = Field(True, description="The latest user message (auto rule).")
+    system_first: int = Field(2, ge=0, description="kilo rule: first N system messages (Kilo: 2).")
+    non_system_last: int = Field(
+        2, ge=0, description="kilo rule: last N non-system messages (Kilo: 2)."
+    )
+    last_tool: bool = Field(True, description="auto rule: the last tool definition.")
+    last_system: bool = Field(True, description="auto rule: the last system block.")
+    latest_user_message: bool = Field(True, description="auto rule: the latest user message.")
+    latest_assistant: bool = Field(
+        False, description="auto rule: the latest assistant message (native 'latest-assistant')."
+    )
+    rolling: int = Field(
+        0,
+        ge=0,
+        description="auto rule: also the last N non-system messages, a breakpoint that moves "
+        "with the conversation (upstream opencode's newer AUTO keeps 2).",
+    )
 
 
 class Cache(_Section):

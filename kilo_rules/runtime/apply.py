@@ -322,6 +322,9 @@ def stage_cache(st: StepState) -> None:
 
     r, plan, step = st.run, st.run.plan, st.run.step
     assert st.cap is not None
+    # One switch: automatic caching asked either way turns on the top-level field and
+    # keeps explicit breakpoints out (Kilo: the merged options' cacheControl).
+    automatic = step.automatic_caching or bool(step.options.get("automatic_cache"))
     request = ModelRequest(
         model=plan.model.api_id,
         messages=(*st.system, *st.conversation),
@@ -330,12 +333,11 @@ def stage_cache(st: StepState) -> None:
         options={
             "output_limit": plan.model.limits.output or None,
             **({"prompt_cache_breakpoints": True} if plan.cache.get("shape") == "explicit" else {}),
+            **({"automatic_cache": True} if automatic else {}),
             **step.options,
         },
     )
-    st.request, decided = place_markers(
-        request, plan.cache_settings(automatic_enabled=step.automatic_caching)
-    )
+    st.request, decided = place_markers(request, plan.cache_settings(automatic_enabled=automatic))
     for d in decided:
         rest = {k: v for k, v in d.items() if k not in ("rule", "action", "reason")}
         severity = "warning" if d.get("action") == "warn" else "info"

@@ -165,14 +165,14 @@ def _kilo(request: ModelRequest, s: CacheSettings) -> list[tuple[Spot, str]]:
     indexed = list(enumerate(request.messages))
     system = [i for i, m in indexed if m.role == "system"][: max(0, s.system_first)]
     out = [(_placed(request, i, s), f"first {s.system_first} system messages") for i in system]
-    return out + _tail(request, s)
+    return out + _tail(request, s, s.non_system_last)
 
 
-def _tail(request: ModelRequest, s: CacheSettings) -> list[tuple[Spot, str]]:
-    """The last ``non_system_last`` non-system messages, placed as the policy says."""
+def _tail(request: ModelRequest, s: CacheSettings, n: int) -> list[tuple[Spot, str]]:
+    """The last ``n`` non-system messages, placed as the policy says."""
     rest = [i for i, m in enumerate(request.messages) if m.role != "system"]
-    tail = rest[len(rest) - s.non_system_last :] if s.non_system_last > 0 else []
-    why = f"last {s.non_system_last} non-system messages"
+    tail = rest[len(rest) - n :] if n > 0 else []
+    why = f"last {n} non-system messages"
     return [(_placed(request, i, s), why) for i in tail]
 
 
@@ -195,11 +195,15 @@ def _auto(request: ModelRequest, s: CacheSettings) -> list[tuple[Spot, str]]:
         out.append((_part_spot(request, systems[-1], None), "last system message"))
     users = [i for i, m in indexed if m.role == "user"]
     if s.latest_user_message and users:
-        j = _latest_user_part(request.messages[users[-1]])
+        j = _text_part(request.messages[users[-1]])
         out.append((_part_spot(request, users[-1], j), "latest user message"))
+    assistants = [i for i, m in indexed if m.role == "assistant"]
+    if s.latest_assistant and assistants:
+        j = _text_part(request.messages[assistants[-1]])
+        out.append((_part_spot(request, assistants[-1], j), "latest assistant message"))
     # The newer upstream AUTO also keeps a rolling breakpoint on the most recent messages,
     # so a long tool loop reads its own history from the cache.
-    return out + _tail(request, s)
+    return out + _tail(request, s, s.rolling)
 
 
 def _part_spot(request: ModelRequest, i: int, j: int | None) -> Spot:
@@ -233,7 +237,10 @@ def _stable_part(message: ModelMessage, skip_environment: bool) -> int | None:
     return None
 
 
-def _latest_user_part(message: ModelMessage) -> int | None:
+def _text_part(message: ModelMessage) -> int | None:
+    """The part the native path marks in a message (Kilo's ``markMessageAt``): the last
+    text part that is neither the environment block nor synthetic, else the last text
+    part, else the last stable part."""
     texts = [j for j, p in enumerate(message.parts) if isinstance(p, Text) and p.text]
     stable = [j for j in texts if not _unstable(message.parts[j])]
     if stable:

@@ -54,7 +54,10 @@ class StepInput:
     step: int = 1
     max_steps: int | None = None
     previous_agent: str | None = None  # agent of the previous assistant message
-    automatic_caching: bool = False  # the client enabled provider-side automatic caching
+    # Provider-side automatic caching (Anthropic's top-level cache_control): sent, and no
+    # explicit breakpoints added under respect_automatic; options["automatic_cache"] = "1h"
+    # does the same with the one-hour bucket.
+    automatic_caching: bool = False
     provider: str | None = None  # wire format to render; default: the model's api
     fetch: Fetcher | None = None  # instruction URLs; default: httpx with the policy's limits
     options: dict[str, Any] = field(default_factory=dict)  # passed through to the request

@@ -85,11 +85,9 @@ def test_spec_10_1_openai_explicit_breakpoints_from_gpt_5_6(
 
 def test_spec_10_2_auto_rule_marks_last_tool_last_system_latest_user(tmp_path) -> None:  # type: ignore[no-untyped-def]
     p = tmp_path / "p.yaml"
-    p.write_text(
-        "version: 1\nname: p\nextends: kilo-default\ncache:\n  rule: auto\n  ttl: 1h\n"
-        "  breakpoints: {last_tool: true, last_system: true, latest_user_message: true,"
-        " system_first: 0, non_system_last: 0}\n"
-    )
+    # Switching the rule is enough: kilo-default's kilo-rule selection (first 2 system,
+    # last 2 others) is not inherited by the auto rule (cache-policy.ts AUTO).
+    p.write_text("version: 1\nname: p\nextends: kilo-default\ncache:\n  rule: auto\n  ttl: 1h\n")
     body = apply_plan(compile_policy(p, model()), _conversation(), StepInput()).request
     assert body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
@@ -122,3 +120,47 @@ def test_one_hour_message_marks_need_a_one_hour_ttl(tmp_path) -> None:  # type: 
     p.write_text("version: 1\nname: p\ncache:\n  ttl: 5m\n  message_ttl: 1h\n")
     (d,) = check_paths([str(p)]).errors
     assert d.code == "policy.contradiction" and d.location.line == 5
+
+
+def test_spec_10_2_latest_assistant_selector(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The native policy's ``messages: "latest-assistant"``: the newest assistant message
+    is marked on its last stable text part (markMessageAt)."""
+    p = tmp_path / "p.yaml"
+    p.write_text(
+        "version: 1\nname: p\nextends: kilo-default\ncache:\n  rule: auto\n"
+        "  breakpoints: {last_tool: false, last_system: false, latest_user_message: false,"
+        " latest_assistant: true}\n"
+    )
+    result = apply_plan(compile_policy(p, model()), _conversation(), StepInput())
+    body = result.request
+    assert count_markers(body, "anthropic") == 1
+    (assistant_turn,) = [m for m in body["messages"] if "cache_control" in str(m)]
+    assert assistant_turn["role"] == "assistant"
+    assert assistant_turn["content"][-1] == {
+        "type": "text",
+        "text": "done",
+        "cache_control": {"type": "ephemeral"},
+    }
+    assert any("latest assistant message" in str(d.result) for d in result.decisions)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        StepInput(automatic_caching=True),
+        StepInput(options={"automatic_cache": True}),
+    ],
+    ids=["step-switch", "option"],
+)
+def test_spec_10_1_automatic_caching_is_one_switch(step: StepInput) -> None:
+    """Either switch alone turns Anthropic's automatic caching on (the top-level
+    ``cache_control``) and keeps the explicit breakpoints out (transform.test.ts@03fd0bb)."""
+    body = apply_plan(compile_policy("kilo-default", model()), _conversation(), step).request
+    assert body["cache_control"] == {"type": "ephemeral"}
+    assert count_markers(body, "anthropic") == 0
+
+
+def test_automatic_caching_for_an_hour_keeps_the_callers_bucket() -> None:
+    step = StepInput(automatic_caching=True, options={"automatic_cache": "1h"})
+    body = apply_plan(compile_policy("kilo-default", model()), _conversation(), step).request
+    assert body["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
