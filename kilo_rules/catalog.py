@@ -14,24 +14,67 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import CatalogError, Diagnostic, Location, did_you_mean
 
 #: Wire formats the runtime renders (one module each under ``kilo_rules.providers``).
-WireApi = Literal["anthropic", "openai", "bedrock", "gemini", "openai-compatible"]
+WireApi = Literal[
+    "anthropic",
+    "openai",
+    "openai-responses",
+    "bedrock",
+    "gemini",
+    "openai-compatible",
+    "copilot",
+]
 
 #: Most explicit cache breakpoints one request may carry, per wire API. Anthropic and
 #: Bedrock count tools, system and messages together; OpenAI-compatible servers forward the
-#: marks to Anthropic (OpenRouter), so the same 4 applies. OpenAI Chat and Gemini cache
-#: implicitly and take no markers.
+#: marks to Anthropic (OpenRouter), and so does GitHub Copilot for its Claude models
+#: (``copilot_cache_control``), so the same 4 applies. OpenAI (Chat Completions and the
+#: Responses API) and Gemini cache implicitly and take no markers.
 WIRE_BREAKPOINTS: Mapping[str, int] = MappingProxyType(
-    {"anthropic": 4, "bedrock": 4, "gemini": 0, "openai": 0, "openai-compatible": 4}
+    {
+        "anthropic": 4,
+        "bedrock": 4,
+        "copilot": 4,
+        "gemini": 0,
+        "openai": 0,
+        "openai-compatible": 4,
+        "openai-responses": 0,
+    }
 )
 
 #: The breakpoints of a wire API whose models take explicit ones on request (the policy's
-#: ``cache.shapes``): OpenAI models from GPT-5.6 take up to 4 ``prompt_cache_breakpoint``.
-EXPLICIT_BREAKPOINTS: Mapping[str, int] = MappingProxyType({"openai": 4})
+#: ``cache.shapes``): OpenAI models from GPT-5.6 take up to 4 ``prompt_cache_breakpoint``,
+#: on Chat Completions and on the Responses API alike.
+EXPLICIT_BREAKPOINTS: Mapping[str, int] = MappingProxyType({"openai": 4, "openai-responses": 4})
+
+#: The AI SDK package Kilo reaches each provider through (models.dev's ``npm``), for a
+#: model entry that names none; Kilo's cache gate and marker namespaces key on it.
+PROVIDER_SDKS: Mapping[str, str] = MappingProxyType(
+    {
+        "anthropic": "@ai-sdk/anthropic",
+        "openai": "@ai-sdk/openai",
+        "azure": "@ai-sdk/azure",
+        "google": "@ai-sdk/google",
+        "google-vertex": "@ai-sdk/google-vertex",
+        "google-vertex-anthropic": "@ai-sdk/google-vertex/anthropic",
+        "amazon-bedrock": "@ai-sdk/amazon-bedrock",
+        "openrouter": "@openrouter/ai-sdk-provider",
+        "deepseek": "@ai-sdk/deepseek",
+        "alibaba": "@ai-sdk/alibaba",
+        "qwen": "@ai-sdk/alibaba",  # Alibaba Cloud Model Studio
+        "mistral": "@ai-sdk/mistral",
+        "xai": "@ai-sdk/xai",
+        "kilo": "@kilocode/kilo-gateway",
+        "vercel": "@ai-sdk/gateway",
+        "github-copilot": "@ai-sdk/github-copilot",
+    }
+)
+#: The package of a provider the table does not know (an OpenAI-compatible server).
+DEFAULT_SDK = "@ai-sdk/openai-compatible"
 
 #: Provider ids known to the catalog and to cache/lowering tables in policies.
 PROVIDERS = (
@@ -53,6 +96,7 @@ PROVIDERS = (
     "litellm",
     "ollama",
     "azure",
+    "github-copilot",
 )
 
 
@@ -129,6 +173,12 @@ class ModelInfo(_Model):
 
     id: str = Field(description="Catalog id, e.g. anthropic/claude-sonnet-4-5.")
     provider: str = Field(description="Provider id, e.g. anthropic, openrouter, amazon-bedrock.")
+    sdk: str = Field(
+        "",
+        description="The AI SDK package the provider is reached through (models.dev npm, "
+        "e.g. @ai-sdk/anthropic, @ai-sdk/gateway); left out, the provider's usual package "
+        "(kilo_rules.catalog.PROVIDER_SDKS), else @ai-sdk/openai-compatible.",
+    )
     family: str = Field(description="Model family, e.g. claude, gpt, gemini, deepseek.")
     api_id: str = Field(description="The id sent to the provider's API.")
     api: WireApi = Field(description="Wire format of requests for this model.")
@@ -153,6 +203,13 @@ class ModelInfo(_Model):
     modalities: list[Modality] = Field(default_factory=_text_only, description="Input modalities.")
     source: str | None = Field(None, description="Where the limits and prices were read.")
     as_of: str | None = Field(None, description="Date (YYYY-MM-DD) the facts were read.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_sdk(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("sdk") and isinstance(data.get("provider"), str):
+            return {**data, "sdk": PROVIDER_SDKS.get(data["provider"], DEFAULT_SDK)}
+        return data
 
 
 class Catalog(_Model):

@@ -13,6 +13,7 @@ from typing import Any, TypeAlias
 
 from ..catalog import ModelInfo, bundled_catalog, model_from_data
 from ..load import load_yaml_file
+from ..providers import APIS as PROVIDER_APIS
 from ..runtime.context import Agent, StepInput, Workspace
 from ..settings import Settings, parse_config
 from ._runner import EPILOG
@@ -20,7 +21,7 @@ from ._runner import EPILOG
 #: The subcommands of the ``kilo-rules`` parser, which each command module adds itself to.
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
-APIS = ("anthropic", "openai", "bedrock", "gemini", "openai-compatible")
+APIS = PROVIDER_APIS
 
 _POLICY_HELP = "bundled name or path (default: KILO_RULES_POLICY, else kilo-default)"
 

@@ -54,9 +54,14 @@ _DEFAULT: dict[str, tuple[Type, str]] = {
     # model.* — the catalog's ModelInfo, flattened.
     "model.id": (STR, "Catalog id, e.g. anthropic/claude-sonnet-4-5."),
     "model.provider": (STR, "Provider id, e.g. anthropic, openrouter, amazon-bedrock."),
+    "model.sdk": (STR, "AI SDK package (models.dev npm), e.g. @ai-sdk/anthropic."),
     "model.family": (STR, "Model family, e.g. claude, gpt, gemini."),
     "model.api_id": (STR, "The id sent to the provider's API."),
-    "model.api": (STR, "Wire format: anthropic, openai, bedrock, gemini, openai-compatible."),
+    "model.api": (
+        STR,
+        "Wire format: anthropic, openai, openai-responses, bedrock, gemini, "
+        "openai-compatible, copilot.",
+    ),
     "model.name": (nullable(STR), "Display name, if known."),
     "model.limits.context": (INT, "Context window in tokens (input + output)."),
     "model.limits.input": (nullable(INT), "Separate input limit, where the provider has one."),
@@ -197,6 +202,7 @@ def model_values(model: ModelInfo) -> dict[str, Any]:
     return {
         "model.id": model.id,
         "model.provider": model.provider,
+        "model.sdk": model.sdk,
         "model.family": model.family,
         "model.api_id": model.api_id,
         "model.api": model.api,

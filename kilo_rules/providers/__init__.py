@@ -9,9 +9,20 @@ docstring says what it does with system text, tools, media, reasoning and cache 
 
 * ``output_limit`` (int): Anthropic's ``max_tokens`` when the request leaves it unset;
 * ``automatic_cache`` (true or ``"1h"``): Anthropic's top-level automatic caching;
-* ``prompt_cache_breakpoints`` (bool): OpenAI explicit breakpoints (GPT-5.6 and later);
+* ``prompt_cache_breakpoints`` (bool): OpenAI explicit breakpoints (GPT-5.6 and later), on
+  Chat Completions and on the Responses API;
 * ``reasoning_field`` (str): the assistant field an OpenAI-compatible server reads
-  reasoning from (``reasoning_content`` for DeepSeek and Moonshot).
+  reasoning from (``reasoning_content`` for DeepSeek and Moonshot);
+* ``system_as_instructions`` (bool, default true): the Responses API gets the system text
+  as ``instructions``; false sends it as ``developer`` input messages instead;
+* ``reasoning`` (bool): the model reasons (the catalog's ``reasoning``); the Responses API
+  then asks for its encrypted reasoning back (``include``), since with ``store: false`` the
+  next request can only hand the model its earlier reasoning that way.
+
+Wire APIs: ``anthropic`` (Messages), ``bedrock`` (Converse), ``gemini``
+(``generateContent``), ``openai`` (Chat Completions), ``openai-responses`` (the Responses
+API), ``openai-compatible`` (Chat Completions servers such as OpenRouter and LiteLLM) and
+``copilot`` (GitHub Copilot's Chat Completions, with ``copilot_cache_control`` marks).
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from typing import Any
 from ..catalog import WIRE_BREAKPOINTS, signature_issuer
 from ..errors import CatalogError, Diagnostic, did_you_mean
 from ..request import ModelRequest
-from . import anthropic, bedrock, gemini, openai, openai_compatible
+from . import anthropic, bedrock, copilot, gemini, openai, openai_compatible, openai_responses
 
 __all__ = [
     "APIS",
@@ -40,9 +51,11 @@ _RENDERERS: Mapping[str, Renderer] = MappingProxyType(
     {
         "anthropic": anthropic.render,
         "bedrock": bedrock.render,
+        "copilot": copilot.render,
         "gemini": gemini.render,
         "openai": openai.render,
         "openai-compatible": openai_compatible.render,
+        "openai-responses": openai_responses.render,
     }
 )
 
@@ -58,9 +71,11 @@ _MARKER_KEYS: Mapping[str, str | None] = MappingProxyType(
     {
         "anthropic": "cache_control",
         "bedrock": "cachePoint",
+        "copilot": copilot.MARK_KEY,
         "gemini": None,
         "openai": "prompt_cache_breakpoint",
         "openai-compatible": "cache_control",
+        "openai-responses": openai_responses.MARK_KEY,
     }
 )
 
@@ -101,8 +116,10 @@ def endpoint(request: ModelRequest, api: str) -> str:
         return gemini.endpoint(request)
     paths = {
         "anthropic": anthropic.ENDPOINT,
+        "copilot": copilot.ENDPOINT,
         "openai": openai.ENDPOINT,
         "openai-compatible": openai_compatible.ENDPOINT,
+        "openai-responses": openai_responses.ENDPOINT,
     }
     return paths[api]
 

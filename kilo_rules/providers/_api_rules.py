@@ -16,7 +16,7 @@ from ..catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS
 __all__ = ["RULES", "ApiRules", "Pairing"]
 
 
-Pairing = Literal["next-turn", "tool-messages", "function-turns"]
+Pairing = Literal["next-turn", "tool-messages", "function-turns", "by-id"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,11 +25,13 @@ class ApiRules:
 
     ``shape`` names the reader that turns the body into the common view. ``pairing``
     says where a call's results go: in the next turn (Anthropic, Bedrock), in the
-    ``role: tool`` messages right after (Chat Completions), or in the next content with
-    as many responses as there were calls (Gemini). Patterns are matched in full.
+    ``role: tool`` messages right after (Chat Completions), in the next content with
+    as many responses as there were calls (Gemini), or anywhere after the call, matched
+    by id (the Responses API's ``function_call_output`` items). Patterns are matched in
+    full.
     """
 
-    shape: Literal["messages", "converse", "chat", "contents"]
+    shape: Literal["messages", "converse", "chat", "responses", "contents"]
     marker_key: str | None = None
     roles: tuple[str, ...] = ()  # the conversation roles, which must alternate
     first_role: str | None = None
@@ -160,6 +162,41 @@ RULES: Mapping[str, ApiRules] = MappingProxyType(
             marker_budget=WIRE_BREAKPOINTS["openai-compatible"],
             marked_text_not_blank=True,
             assistant_needs_content=True,
+            tool_name_pattern=_NAME,
+            output_cap=("max_tokens",),
+        ),
+        "openai-responses": ApiRules(
+            shape="responses",
+            marker_key="prompt_cache_breakpoint",
+            # "No tool output found for function call call_…" and "No tool call found for
+            # function call output with call_id call_…": pairs are matched by call_id over
+            # the whole input, not by position.
+            pairing="by-id",
+            unique_call_ids=True,
+            marker_budget=EXPLICIT_BREAKPOINTS["openai-responses"],  # as on Chat Completions
+            # A reasoning item's encrypted_content is decrypted by OpenAI only ("The
+            # encrypted content for item … could not be verified").
+            signature_issuer="openai",
+            # "Invalid 'input[5].call_id': string too long. Expected a string with maximum
+            # length 64"
+            call_id_max=64,
+            # "The Responses API requires that all tool names conform to
+            # '^[a-zA-Z0-9_-]+$'" (openai/codex#8694), at most 64 characters.
+            tool_name_pattern=_NAME,
+            output_cap=("max_output_tokens",),
+        ),
+        "copilot": ApiRules(
+            shape="chat",
+            marker_key="copilot_cache_control",
+            pairing="tool-messages",
+            unique_call_ids=True,
+            # Copilot forwards the marks to Claude, whose budget of 4 applies.
+            marker_budget=WIRE_BREAKPOINTS["copilot"],
+            # Claude behind it: "cache_control cannot be set for empty text blocks".
+            marked_text_not_blank=True,
+            assistant_needs_content=True,
+            # Claude behind it: "tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'".
+            call_id_pattern=_ID,
             tool_name_pattern=_NAME,
             output_cap=("max_tokens",),
         ),

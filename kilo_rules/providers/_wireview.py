@@ -41,7 +41,9 @@ class Block:
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """One message (Anthropic, Bedrock, Chat Completions) or content (Gemini)."""
+    """One message (Anthropic, Bedrock, Chat Completions), content (Gemini) or input item
+    (Responses API: a ``function_call`` or ``reasoning`` item is an ``assistant`` turn, a
+    ``function_call_output`` item a ``tool`` turn)."""
 
     path: str
     role: str
@@ -246,6 +248,64 @@ def _read_chat(body: Mapping[str, Any], marker_key: str | None) -> View:
     return View(body, tools, (), tuple(turns), "messages")
 
 
+# OpenAI Responses API ---------------------------------------------------------------
+
+_TEXT_PARTS = ("input_text", "output_text")
+
+
+def _responses_content(content: Any, path: str, field: str, key: str) -> tuple[Block, ...]:
+    """The blocks of a message's ``content`` or an output's ``output`` (``field``)."""
+    if isinstance(content, str):
+        return (Block(path, "text", {"text": field}, text=content),)
+    keys = {"text": "text", "mark": key}
+    out = []
+    for p, part in _items(content, f"{path}.{field}"):
+        item = _map(part)
+        mark = _mark(item.get(key))
+        if item.get("type") in _TEXT_PARTS:
+            out.append(Block(p, "text", keys, text=_str(item.get("text")) or "", mark=mark))
+        else:
+            out.append(Block(p, "media", keys, mark=mark))
+    return tuple(out)
+
+
+def _responses_item(item: Mapping[str, Any], path: str, key: str) -> tuple[str, tuple[Block, ...]]:
+    """The role and blocks of one input item."""
+    kind = item.get("type", "message" if "role" in item else None)
+    if kind == "message":
+        return str(item.get("role")), _responses_content(item.get("content"), path, "content", key)
+    if kind == "function_call":
+        keys = {"id": "call_id", "name": "name"}
+        call_id, name = _str(item.get("call_id")), _str(item.get("name"))
+        return "assistant", (Block(path, "call", keys, call_id=call_id, name=name),)
+    if kind == "function_call_output":
+        inner = _responses_content(item.get("output"), path, "output", key)
+        call_id = _str(item.get("call_id"))
+        return "tool", (Block(path, "result", {"id": "call_id"}, call_id=call_id, content=inner),)
+    if kind == "reasoning":
+        keys = {"signature": "encrypted_content"}
+        signature = _str(item.get("encrypted_content"))
+        return "assistant", (Block(path, "thinking", keys, signature=signature),)
+    return str(kind), (Block(path, "other", {}),)
+
+
+def _read_responses(body: Mapping[str, Any], marker_key: str | None) -> View:
+    key = marker_key or ""
+    tools = tuple(
+        Block(p, "tool", {"name": "name"}, name=_str(_map(t).get("name")))
+        for p, t in _items(body.get("tools"), "tools")
+    )
+    instructions = body.get("instructions")
+    system: tuple[Block, ...] = ()
+    if isinstance(instructions, str):
+        system = (Block("instructions", "text", {}, text=instructions),)
+    turns = []
+    for p, it in _items(body.get("input"), "input"):
+        role, blocks = _responses_item(_map(it), p, key)
+        turns.append(Turn(p, role, blocks, f"{p}.content"))
+    return View(body, tools, system, tuple(turns), "input")
+
+
 # Gemini generateContent -------------------------------------------------------------
 
 _G_KEYS = MappingProxyType({"text": "text", "signature": "thoughtSignature"})
@@ -297,6 +357,7 @@ _READERS: Mapping[str, Callable[[Mapping[str, Any], str | None], View]] = Mappin
         "messages": _read_messages,
         "converse": _read_converse,
         "chat": _read_chat,
+        "responses": _read_responses,
         "contents": _read_contents,
     }
 )
@@ -304,7 +365,8 @@ _READERS: Mapping[str, Callable[[Mapping[str, Any], str | None], View]] = Mappin
 
 def read(body: Mapping[str, Any], shape: str, marker_key: str | None) -> View:
     """The view of ``body`` in the given shape (``messages``, ``converse``, ``chat``,
-    ``contents``); ``marker_key`` names the cache mark of a Chat Completions dialect."""
+    ``responses``, ``contents``); ``marker_key`` names the cache mark of a Chat Completions
+    dialect or of the Responses API."""
     return _READERS[shape](body, marker_key)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from . import _check as _check_api
 from . import _wireview as wire
 from ._api_rules import RULES, ApiRules
-from ._wireview import Turn, View
+from ._wireview import Block, Turn, View
 
 __all__ = ["RULES", "ApiRules", "BodyContext", "Violation", "check_body", "rules_for"]
 
@@ -66,6 +66,8 @@ def _answering(view: View, rules: ApiRules, i: int) -> tuple[Turn, ...] | None:
     turns = view.turns
     if i + 1 >= len(turns):
         return None
+    if rules.pairing == "by-id":
+        return turns[i + 1 :]
     if rules.pairing == "tool-messages":
         run = []
         for turn in turns[i + 1 :]:
@@ -75,6 +77,14 @@ def _answering(view: View, rules: ApiRules, i: int) -> tuple[Turn, ...] | None:
         return tuple(run)
     nxt = turns[i + 1]
     return (nxt,) if nxt.role != rules.assistant_role else ()
+
+
+def _asked(view: View, rules: ApiRules, j: int) -> list[Block]:
+    """The calls the results in turn ``j`` may answer."""
+    if rules.pairing == "by-id":
+        return [call for turn in view.turns[:j] for call in wire.calls(turn)]
+    asker = _asker(view, rules, j)
+    return wire.calls(asker) if asker is not None else []
 
 
 def _asker(view: View, rules: ApiRules, j: int) -> Turn | None:
@@ -138,7 +148,8 @@ def _alternation(view: View, rules: ApiRules, ctx: BodyContext) -> Found:
 # Bedrock: the same for toolUse; OpenAI: "An assistant message with 'tool_calls' must be
 # followed by tool messages responding to each 'tool_call_id'"; Gemini: "Please ensure
 # that the number of function response parts is equal to the number of function call
-# parts of the function call turn."
+# parts of the function call turn."; Responses API: "No tool output found for function
+# call call_…".
 @_rule("call-answered", lambda r: True)
 def _call_answered(view: View, rules: ApiRules, ctx: BodyContext) -> Found:
     for i, turn in enumerate(view.turns):
@@ -161,40 +172,37 @@ def _call_answered(view: View, rules: ApiRules, ctx: BodyContext) -> Found:
                 )
             if not ids:  # Gemini ids are optional; without them the count is the rule
                 continue
+        where = "after it" if rules.pairing == "by-id" else "right after it"
         for call in calls:
             if call.call_id is not None and call.call_id not in ids:
-                yield call.at("id"), f"call {call.call_id!r} has no result right after it"
+                yield call.at("id"), f"call {call.call_id!r} has no result {where}"
 
 
 # Anthropic: "unexpected `tool_use_id` found in `tool_result` blocks ... Each `tool_result`
 # block must have a corresponding `tool_use` block in the previous message"; OpenAI:
 # "messages with role 'tool' must be a response to a preceeding message with 'tool_calls'";
 # Gemini: "Please ensure that function response turn comes immediately after a function
-# call turn."
+# call turn."; Responses API: "No tool call found for function call output with call_id
+# call_…".
 @_rule("result-has-call", lambda r: True)
 def _result_has_call(view: View, rules: ApiRules, ctx: BodyContext) -> Found:
     for j, turn in enumerate(view.turns):
         results = wire.results(turn)
         if not results:
             continue
-        asker = _asker(view, rules, j)
-        calls = wire.calls(asker) if asker is not None else []
+        calls = _asked(view, rules, j)
         if not calls:
+            where = "before it" if rules.pairing == "by-id" else "in the turn right before it"
             for result in results:
-                yield result.at("id"), "a result with no call in the turn right before it"
+                yield result.at("id"), f"a result with no call {where}"
             continue
         ids = {c.call_id for c in calls if c.call_id is not None}
         if rules.pairing == "function-turns" and not ids:
             continue
+        caller = "no earlier item" if rules.pairing == "by-id" else "the preceding assistant turn"
         for result in results:
             if result.call_id is not None and result.call_id not in ids:
-                yield (
-                    result.at("id"),
-                    (
-                        f"result for {result.call_id!r}, which the preceding assistant turn "
-                        "did not call"
-                    ),
-                )
+                yield result.at("id"), f"result for {result.call_id!r}, which {caller} did not call"
 
 
 # Anthropic: "tool_result blocks must come first in the content of the user message,

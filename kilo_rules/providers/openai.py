@@ -24,7 +24,9 @@ Mapping from the provider-neutral request:
   models).
 
 The message-building core here is shared with :mod:`.openai_compatible`, which differs
-only in its marker, its output-limit key and an optional reasoning field.
+only in its marker, its output-limit key and an optional reasoning field, and with
+:mod:`.copilot`, which also puts its marks on message objects and tools and cleans
+tool-call ids.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from ._shared import (
     is_blank,
     media_kind,
     placeholder,
+    sanitize_call_id,
     settle_marks,
 )
 
@@ -70,6 +73,11 @@ class Dialect:
     to sit on (a turn of only tool calls) may go on the message object itself.
     ``max_tokens_key`` names the output limit; ``reasoning_field`` names the assistant
     field that carries reasoning text back (None: reasoning is not sent).
+    ``marks_on_message`` puts every mark of a message on the message object (one per
+    message) instead of on content parts; ``tool_marks`` lets a tool definition carry
+    its mark; ``clean_ids`` sends tool-call ids through
+    :func:`~kilo_rules.providers._shared.sanitize_call_id`; without ``files``, a PDF
+    becomes a placeholder instead of a ``file`` part.
     """
 
     part_mark: Callable[[CacheMark], dict[str, Any]] | None
@@ -77,6 +85,10 @@ class Dialect:
     message_mark: bool
     max_tokens_key: str
     reasoning_field: str | None = None
+    marks_on_message: bool = False
+    tool_marks: bool = False
+    clean_ids: bool = False
+    files: bool = True
 
 
 def _breakpoint(_: CacheMark) -> dict[str, Any]:
@@ -109,19 +121,26 @@ def render_chat(request: ModelRequest, dialect: Dialect) -> dict[str, Any]:
         messages.extend(_message(msg, dialect))
     body["messages"] = messages
     if request.tools:
-        body["tools"] = [_tool(t) for t in request.tools]
+        body["tools"] = [_tool(t, dialect) for t in request.tools]
     if request.max_tokens is not None:
         body[dialect.max_tokens_key] = request.max_tokens
     return body
 
 
-def _tool(tool: ToolSpec) -> dict[str, Any]:
+def _tool(tool: ToolSpec, dialect: Dialect) -> dict[str, Any]:
     function = {
         "name": tool.name,
         "description": tool.description,
         "parameters": tool.input_schema,
     }
-    return {"type": "function", "function": function}
+    out: dict[str, Any] = {"type": "function", "function": function}
+    if dialect.tool_marks and tool.cache is not None and dialect.part_mark is not None:
+        out[dialect.mark_key] = dialect.part_mark(tool.cache)
+    return out
+
+
+def _id(call_id: str, dialect: Dialect) -> str:
+    return sanitize_call_id(call_id) if dialect.clean_ids else call_id
 
 
 def _text(part: Text) -> dict[str, Any] | None:
@@ -129,14 +148,14 @@ def _text(part: Text) -> dict[str, Any] | None:
     return None if is_blank(part.text) else {"type": "text", "text": part.text}
 
 
-def _media_part(media: Media, where: str | None) -> dict[str, Any]:
+def _media_part(media: Media, where: str | None, dialect: Dialect) -> dict[str, Any]:
     """A user content part for ``media``; ``where`` names a place media cannot go."""
     if where is not None:
         return {"type": "text", "text": placeholder(media, where)}
     kind = media_kind(media)
     if kind == "image":
         return {"type": "image_url", "image_url": {"url": data_url(media)}}
-    if kind == "pdf" and media.data is not None:
+    if kind == "pdf" and media.data is not None and dialect.files:
         file = {"filename": media.filename or "document.pdf", "file_data": data_url(media)}
         return {"type": "file", "file": file}
     if kind == "text":
@@ -159,6 +178,9 @@ def _content(
         kept = [(b, None) for b, _, _ in entries if b is not None]
     else:
         kept, leftover = settle_marks(entries, message_level)
+        if dialect.marks_on_message:
+            leftover = effective_mark(leftover, *(mark for _, mark in kept))
+            kept = [(block, None) for block, _ in kept]
     if not kept:
         return None, leftover
     if len(kept) == 1 and kept[0][1] is None and kept[0][0]["type"] == "text":
@@ -193,9 +215,9 @@ def _message(msg: ModelMessage, dialect: Dialect) -> list[dict[str, Any]]:
         if isinstance(part, Text):
             entries.append((_text(part), part.cache, True))
         elif isinstance(part, Media):
-            entries.append((_media_part(part, where), part.cache, True))
+            entries.append((_media_part(part, where, dialect), part.cache, True))
         elif isinstance(part, ToolCall) and assistant:
-            calls.append(_call(part))
+            calls.append(_call(part, dialect))
             entries.append((None, part.cache, True))
         elif isinstance(part, Reasoning) and assistant:
             reasoning.append(part.text)
@@ -222,10 +244,10 @@ def _message(msg: ModelMessage, dialect: Dialect) -> list[dict[str, Any]]:
     return [_finish(out, leftover, dialect)]
 
 
-def _call(call: ToolCall) -> dict[str, Any]:
+def _call(call: ToolCall, dialect: Dialect) -> dict[str, Any]:
     arguments = json.dumps(call.input, ensure_ascii=False)
     return {
-        "id": call.call_id,
+        "id": _id(call.call_id, dialect),
         "type": "function",
         "function": {"name": call.name, "arguments": arguments},
     }
@@ -245,6 +267,7 @@ def _tool_messages(msg: ModelMessage, dialect: Dialect) -> list[dict[str, Any]]:
         last = i == len(results) - 1
         level = result.cache if not last else effective_mark(result.cache, msg.cache)
         content, leftover = _content(entries, level, dialect)
-        message = {"role": "tool", "tool_call_id": result.call_id, "content": content or ""}
+        call_id = _id(result.call_id, dialect)
+        message = {"role": "tool", "tool_call_id": call_id, "content": content or ""}
         out.append(_finish(message, leftover, dialect))
     return out

@@ -332,6 +332,7 @@ def stage_cache(st: StepState) -> None:
         max_tokens=st.cap.value,
         options={
             "output_limit": plan.model.limits.output or None,
+            **({"reasoning": True} if plan.model.reasoning else {}),
             **({"prompt_cache_breakpoints": True} if plan.cache.get("shape") == "explicit" else {}),
             **({"automatic_cache": True} if automatic else {}),
             **step.options,

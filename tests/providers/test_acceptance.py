@@ -424,6 +424,112 @@ def _chat(api: str, mark_key: str, mark: Any) -> list[Case]:
 PLANTED += _chat("openai", "prompt_cache_breakpoint", O_MARK)
 PLANTED += _chat("openai-compatible", "cache_control", A_MARK)
 
+# Copilot: the Chat Completions cases whose body does not depend on where marks sit or how
+# ids are cleaned, plus its own. Its marks are on message objects: both system messages,
+# messages[6] and messages[7]; the first call's id is cleaned to call_read_1_ba535360.
+C_MARK = {"type": "ephemeral"}
+C_OWN = {"call-id-unique", "marker-budget", "marker-on-blank-text"}
+PLANTED += [c for c in _chat("copilot", "copilot_cache_control", C_MARK) if c.rule not in C_OWN]
+PLANTED += [
+    Case(
+        "copilot",
+        "call-id-unique",
+        "messages[3].tool_calls[1].id",
+        both(
+            put("messages[3].tool_calls[1].id", "call_read_1_ba535360"),
+            put("messages[5].tool_call_id", "call_read_1_ba535360"),
+        ),
+    ),
+    Case(
+        "copilot",
+        "marker-budget",
+        "messages[7].copilot_cache_control",
+        put("messages[2].copilot_cache_control", C_MARK),
+    ),
+    # A fifth mark on a tool definition comes first in processing order.
+    Case(
+        "copilot",
+        "marker-budget",
+        "messages[7].copilot_cache_control",
+        put("tools[1].copilot_cache_control", C_MARK),
+    ),
+    Case(
+        "copilot",
+        "marker-on-blank-text",
+        "messages[2].content[2].copilot_cache_control",
+        both(
+            put("messages[2].content[2].text", " "),
+            put("messages[2].content[2].copilot_cache_control", C_MARK),
+            drop("messages[7].copilot_cache_control"),
+        ),
+    ),
+    Case(
+        "copilot",
+        "call-id-format",
+        "messages[3].tool_calls[1].id",
+        both(
+            put("messages[3].tool_calls[1].id", "toolu.02"),
+            put("messages[5].tool_call_id", "toolu.02"),
+        ),
+    ),
+]
+
+# Responses API: input = [user, assistant text, function_call x2, function_call_output x2,
+# assistant text, user(text, file+breakpoint)]; the system text is in ``instructions``.
+REASONING = {"type": "reasoning", "summary": [], "encrypted_content": "ZW5j"}
+PLANTED += [
+    Case("openai-responses", "call-answered", "input[3].call_id", drop("input[5]")),
+    Case("openai-responses", "call-answered", "input[2].call_id", drop("input[4]")),
+    Case(
+        "openai-responses",
+        "result-has-call",
+        "input[4].call_id",
+        put("input[4].call_id", "call_99"),
+    ),
+    # An output before its call answers nothing: pairs are matched by id, in order.
+    Case(
+        "openai-responses",
+        "result-has-call",
+        "input[2].call_id",
+        add("input[2]", {"type": "function_call_output", "call_id": "toolu_02", "output": "x"}),
+    ),
+    Case(
+        "openai-responses",
+        "call-id-unique",
+        "input[3].call_id",
+        both(put("input[3].call_id", "call.read:1"), put("input[5].call_id", "call.read:1")),
+    ),
+    Case(
+        "openai-responses",
+        "marker-budget",
+        "input[7].content[1].prompt_cache_breakpoint",
+        both(
+            put("input[0].content[0].prompt_cache_breakpoint", O_MARK),
+            put("input[0].content[1].prompt_cache_breakpoint", O_MARK),
+            put("input[0].content[2].prompt_cache_breakpoint", O_MARK),
+            put("input[7].content[0].prompt_cache_breakpoint", O_MARK),
+        ),
+    ),
+    Case(
+        "openai-responses",
+        "signature-issuer",
+        "input[1].encrypted_content",
+        add("input[1]", REASONING),
+        BodyContext(signature_issuers={"ZW5j": "anthropic"}),
+    ),
+    Case(
+        "openai-responses",
+        "call-id-format",
+        "input[2].call_id",
+        both(put("input[2].call_id", "c" * 65), put("input[4].call_id", "c" * 65)),
+    ),
+    Case(
+        "openai-responses", "tool-name-format", "tools[0].name", put("tools[0].name", "read.file")
+    ),
+    Case("openai-responses", "output-positive", "max_output_tokens", put("max_output_tokens", 0)),
+    Case("openai-responses", "output-within-window", "max_output_tokens", keep, SMALL_WINDOW),
+]
+
 
 @pytest.mark.parametrize("case", PLANTED, ids=str)
 def test_planted_defect_is_caught(case: Case) -> None:
@@ -462,6 +568,7 @@ OPTIONS: list[dict[str, Any]] = [
     {"automatic_cache": "1h"},
     {"prompt_cache_breakpoints": True},
     {"reasoning_field": "reasoning_content"},
+    {"system_as_instructions": False, "prompt_cache_breakpoints": True},
 ]
 MODELS = {
     "anthropic": "claude-sonnet-4-5",
@@ -469,6 +576,8 @@ MODELS = {
     "gemini": "gemini-3-pro-preview",
     "openai": "gpt-5.6",
     "openai-compatible": "anthropic/claude-sonnet-4.5",
+    "openai-responses": "gpt-5.6",
+    "copilot": "claude-sonnet-4.5",
 }
 
 

@@ -102,6 +102,19 @@ MODELS: dict[str, dict[str, Any]] = {
         "api": "openai-compatible",
         "api_id": "anthropic/claude-sonnet-4.5",
     },
+    "openai-responses": {
+        "id": "or/m",
+        "provider": "openai",
+        "api": "openai-responses",
+        "api_id": "gpt-5-codex",
+        "family": "gpt",
+    },
+    "copilot": {
+        "id": "c/m",
+        "provider": "github-copilot",
+        "api": "copilot",
+        "api_id": "claude-sonnet-4.5",
+    },
 }
 EXAMPLES = 3  # per rule in a report
 
@@ -229,7 +242,7 @@ class Report:
 
 
 # The key of the conversation list in each wire API's body.
-TURNS_KEY = {"gemini": "contents"}
+TURNS_KEY = {"gemini": "contents", "openai-responses": "input"}
 
 
 class WireCheck:

@@ -20,12 +20,16 @@ from kilo_rules.runtime.cache import place_markers
 
 GOLDEN = Path(__file__).parent / "golden"
 
-# Kilo marks whole messages for Anthropic and Bedrock and the last stable part elsewhere.
+# Kilo marks whole messages for Anthropic and Bedrock and the last stable part elsewhere
+# (Copilot's renderer then moves each mark to its message); it places none for OpenAI
+# models before GPT-5.6 or for Gemini.
 SETTINGS = {
     "anthropic": CacheSettings(placement="message"),
     "bedrock": CacheSettings(placement="message"),
     "openai-compatible": CacheSettings(placement="last-part", skip_trailing_environment=True),
+    "copilot": CacheSettings(placement="last-part", skip_trailing_environment=True),
     "openai": CacheSettings(enabled=False),
+    "openai-responses": CacheSettings(enabled=False),
     "gemini": CacheSettings(enabled=False),
 }
 
@@ -60,6 +64,8 @@ def test_endpoints() -> None:
     assert endpoint(request, "anthropic") == "/v1/messages"
     assert endpoint(request, "openai") == "/v1/chat/completions"
     assert endpoint(request, "openai-compatible") == "/chat/completions"
+    assert endpoint(request, "openai-responses") == "/v1/responses"
+    assert endpoint(request, "copilot") == "/chat/completions"
     assert endpoint(request, "bedrock") == "/model/anthropic.claude-sonnet-4-5-v1%3A0/converse"
     gemini = sample_request("gemini-2.5-pro")
     assert endpoint(gemini, "gemini") == "/v1beta/models/gemini-2.5-pro:generateContent"

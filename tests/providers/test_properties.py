@@ -120,11 +120,17 @@ def pairs(body: dict[str, Any], api: str) -> tuple[Counter[str], Counter[str]]:
                     calls[b["id"]] += 1
                 elif b["type"] == "tool_result":
                     results[b["tool_use_id"]] += 1
-    elif api in ("openai", "openai-compatible"):
+    elif api in ("openai", "openai-compatible", "copilot"):
         for m in body["messages"]:
             calls.update(c["id"] for c in m.get("tool_calls", []))
             if m["role"] == "tool":
                 results[m["tool_call_id"]] += 1
+    elif api == "openai-responses":
+        for item in body["input"]:
+            if item.get("type") == "function_call":
+                calls[item["call_id"]] += 1
+            elif item.get("type") == "function_call_output":
+                results[item["call_id"]] += 1
     elif api == "bedrock":
         for m in body["messages"]:
             for b in m["content"]:
@@ -133,6 +139,7 @@ def pairs(body: dict[str, Any], api: str) -> tuple[Counter[str], Counter[str]]:
                 elif "toolResult" in b:
                     results[b["toolResult"]["toolUseId"]] += 1
     else:
+        assert api == "gemini", api
         for c in body["contents"]:
             for p in c["parts"]:
                 if "functionCall" in p:

@@ -14,7 +14,15 @@ from wire_checks import check
 
 from kilo_rules.plan import CacheSettings
 from kilo_rules.providers import render
-from kilo_rules.request import ModelRequest
+from kilo_rules.request import (
+    Media,
+    ModelMessage,
+    ModelRequest,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 from kilo_rules.runtime.cache import place_markers
 
 
@@ -22,7 +30,15 @@ def marked(request: ModelRequest, **settings: Any) -> ModelRequest:
     return place_markers(request, CacheSettings(**settings))[0]
 
 
-APIS = ("anthropic", "openai", "openai-compatible", "bedrock", "gemini")
+APIS = (
+    "anthropic",
+    "openai",
+    "openai-responses",
+    "openai-compatible",
+    "copilot",
+    "bedrock",
+    "gemini",
+)
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -54,6 +70,69 @@ def test_openai_compatible_reasoning_field_is_valid() -> None:
     check(body, "openai-compatible")
 
 
+def test_openai_responses_breakpoints_and_developer_messages_are_valid() -> None:
+    request = marked(sample_request(), placement="message")
+    options = {"prompt_cache_breakpoints": True, "system_as_instructions": False}
+    body = render(replace(request, options=options), "openai-responses")
+    assert [i["role"] for i in body["input"][:2]] == ["developer", "developer"]
+    assert '"prompt_cache_breakpoint": {"mode": "explicit"}' in json.dumps(body)
+    check(body, "openai-responses")
+
+
+def responses_with_reasoning_and_media() -> dict[str, Any]:
+    request = ModelRequest(
+        "gpt-5.6",
+        (
+            ModelMessage("user", (Text("shoot"),)),
+            ModelMessage(
+                "assistant",
+                (Reasoning("plan", encrypted="enc", origin="openai"), ToolCall("c1", "shot", {})),
+            ),
+            ModelMessage(
+                "tool",
+                (ToolResult("c1", "shot", (Text("see"), Media("image/png", data="AA=="))),),
+            ),
+        ),
+    )
+    return render(request, "openai-responses")
+
+
+def test_openai_responses_reasoning_and_media_outputs_are_valid() -> None:
+    body = responses_with_reasoning_and_media()
+    assert [i["type"] for i in body["input"][1:]] == [
+        "reasoning",
+        "function_call",
+        "function_call_output",
+    ]
+    assert isinstance(body["input"][3]["output"], list)
+    check(body, "openai-responses")
+
+
+# The stand-in id given to reasoning items must not hide anything else about them.
+BROKEN_RESPONSES: list[Any] = [
+    lambda b: b["input"][1].pop("summary"),
+    lambda b: b["input"][1].update(encrypted_content=5),
+    lambda b: b["input"][1]["summary"].append({"type": "summary", "text": "x"}),
+    lambda b: b["input"][3]["output"][1].update(type="image_url"),
+    lambda b: b["input"][3]["output"].append({"type": "output_text", "text": "x"}),
+]
+
+
+@pytest.mark.parametrize("breaker", BROKEN_RESPONSES)
+def test_invalid_responses_items_are_rejected(breaker: Any) -> None:
+    body = responses_with_reasoning_and_media()
+    breaker(body)
+    with pytest.raises(pydantic_core.ValidationError):
+        check(body, "openai-responses")
+
+
+def test_a_reasoning_item_with_an_id_is_not_what_the_renderer_sends() -> None:
+    body = responses_with_reasoning_and_media()
+    body["input"][1]["id"] = "rs_1"
+    with pytest.raises(AssertionError, match="without an id"):
+        check(body, "openai-responses")
+
+
 def test_anthropic_top_level_automatic_cache_is_valid() -> None:
     request = replace(sample_request(), options={"automatic_cache": "1h"})
     body = render(request, "anthropic")
@@ -83,6 +162,33 @@ BROKEN: list[tuple[str, Any]] = [
     ("bedrock", lambda b: b["system"].append({"cachePoint": {"type": "ephemeral"}})),
     ("bedrock", lambda b: b["messages"][1]["content"][2]["toolUse"].update(toolUseId="a.b")),
     ("bedrock", lambda b: b.update(modelId="x")),
+    (
+        "openai-responses",
+        lambda b: b["input"][2].update(arguments={"path": "app.py"}),
+    ),
+    ("openai-responses", lambda b: b["tools"][0].pop("strict")),
+    ("openai-responses", lambda b: b["tools"][0].update(function={"name": "read_file"})),
+    ("openai-responses", lambda b: b.update(max_tokens=5)),
+    ("openai-responses", lambda b: b["input"][4].update(tool_call_id="call.read:1")),
+    (
+        "openai-responses",
+        lambda b: b["input"][0]["content"][0].update(cache_control={"type": "ephemeral"}),
+    ),
+    (
+        "openai-responses",
+        lambda b: b["input"][0]["content"][0].update(
+            prompt_cache_breakpoint={"mode": "explicit", "ttl": "1h"}
+        ),
+    ),
+    ("openai-responses", lambda b: b["input"][0]["content"][1].pop("detail")),
+    ("copilot", lambda b: b["messages"][0].update(cache_control={"type": "ephemeral"})),
+    (
+        "copilot",
+        lambda b: b["messages"][0].update(copilot_cache_control={"type": "ephemeral", "ttl": "1h"}),
+    ),
+    ("copilot", lambda b: b["messages"][0].update(copilot_cache_control={"type": "persistent"})),
+    ("copilot", lambda b: b["messages"][3]["tool_calls"][0]["function"].update(arguments={})),
+    ("copilot", lambda b: b.update(max_output_tokens=5)),
     ("gemini", lambda b: b["contents"][0].update(role="assistant")),
     ("gemini", lambda b: b["contents"][1]["parts"][2]["functionCall"].update(arguments={})),
     ("gemini", lambda b: b["contents"][0]["parts"][1].update(text="both text and inlineData")),

@@ -5,6 +5,13 @@ The SDK request types are TypedDicts. Pydantic ignores unknown keys in them and 
 extra keys and to read iterables as lists. That makes a misspelled key a failure, which
 is the point of the check. Bedrock and Gemini have no SDK type here; their bodies are
 checked against the JSON Schemas in ``schemas/``, written from the API references.
+
+Extensions of a Chat Completions server (OpenAI-compatible ``cache_control``, Copilot's
+``copilot_cache_control``, a reasoning field) are checked on their own and taken out
+before the body meets the OpenAI type. Responses API bodies meet the SDK's
+``ResponseCreateParamsNonStreaming``; their ``reasoning`` items carry no ``id`` (see
+``kilo_rules.providers.openai_responses``), so the check gives each a stand-in id, the one
+field the SDK type requires that an input item sent back with ``store: false`` leaves out.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import jsonschema
 import pydantic_core
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 from pydantic import TypeAdapter
 
 SCHEMAS = Path(__file__).parent / "schemas"
@@ -27,6 +35,12 @@ CACHE_CONTROL = {
     "additionalProperties": False,
     "required": ["type"],
     "properties": {"type": {"const": "ephemeral"}, "ttl": {"enum": ["5m", "1h"]}},
+}
+COPILOT_CACHE_CONTROL = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["type"],
+    "properties": {"type": {"const": "ephemeral"}},
 }
 
 
@@ -51,6 +65,7 @@ def strict_validator(name: str) -> pydantic_core.SchemaValidator:
     kind = {
         "anthropic": MessageCreateParamsNonStreaming,
         "openai": CompletionCreateParamsNonStreaming,
+        "openai-responses": ResponseCreateParamsNonStreaming,
     }
     schema = copy.deepcopy(TypeAdapter(kind[name]).core_schema)
     _tighten(schema)
@@ -65,21 +80,37 @@ def schema_validator(name: str) -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
-def strip_extension(body: Any, reasoning_field: str | None = None) -> Any:
+def strip_extension(
+    body: Any,
+    reasoning_field: str | None = None,
+    mark_key: str = "cache_control",
+    mark_schema: dict[str, Any] = CACHE_CONTROL,
+) -> Any:
     """The OpenAI-compatible body minus its extensions, each checked on the way out."""
     if isinstance(body, list):
-        return [strip_extension(v, reasoning_field) for v in body]
+        return [strip_extension(v, reasoning_field, mark_key, mark_schema) for v in body]
     if not isinstance(body, dict):
         return body
     out = {}
     for key, value in body.items():
-        if key == "cache_control":
-            jsonschema.validate(value, CACHE_CONTROL)
+        if key == mark_key:
+            jsonschema.validate(value, mark_schema)
         elif key == reasoning_field:
             assert isinstance(value, str)
         else:
-            out[key] = strip_extension(value, reasoning_field)
+            out[key] = strip_extension(value, reasoning_field, mark_key, mark_schema)
     return out
+
+
+def with_reasoning_ids(body: dict[str, Any]) -> dict[str, Any]:
+    """The Responses body with a stand-in id on each reasoning item (none may have one)."""
+    items = []
+    for item in body.get("input") or []:
+        if isinstance(item, dict) and item.get("type") == "reasoning":
+            assert "id" not in item, "reasoning items are sent without an id"
+            item = {**item, "id": "rs_stand_in"}
+        items.append(item)
+    return {**body, "input": items}
 
 
 def check(body: dict[str, Any], api: str) -> None:
@@ -90,7 +121,14 @@ def check(body: dict[str, Any], api: str) -> None:
         strict_validator("openai").validate_python(body)
     elif api == "openai-compatible":
         strict_validator("openai").validate_python(strip_extension(body, "reasoning_content"))
+    elif api == "copilot":
+        bare = strip_extension(body, None, "copilot_cache_control", COPILOT_CACHE_CONTROL)
+        strict_validator("openai").validate_python(bare)
+    elif api == "openai-responses":
+        strict_validator("openai-responses").validate_python(with_reasoning_ids(body))
     elif api == "bedrock":
         schema_validator("bedrock-converse.request.json").validate(body)
-    else:
+    elif api == "gemini":
         schema_validator("gemini-generate-content.request.json").validate(body)
+    else:
+        raise AssertionError(f"no validator for wire API {api!r}")

@@ -56,17 +56,19 @@ def test_spec_10_1_no_explicit_breakpoints_under_automatic_caching() -> None:
 
 
 @pytest.mark.parametrize(
-    ("api_id", "price", "explicit"),
+    ("api_id", "prices", "explicit"),
     [
-        ("gpt-5.6", 1.0, True),
-        ("gpt-6", 2.0, True),
-        ("gpt-5.6-mini", 0.0, False),
-        ("gpt-5", 1.0, False),
-        ("gpt-4o", 1.0, False),
+        ("gpt-5.6", {"input": 1.0, "output": 1.0}, True),
+        ("gpt-6", {"input": 2.0, "output": 1.0}, True),
+        ("gpt-5.6-mini", {"input": 0.0, "output": 0.0}, False),  # a subscription: all zero
+        ("gpt-5.6-mini", {"input": 0.0, "output": 1.0}, True),  # not all zero
+        ("gpt-5.6", None, True),  # unknown prices are not a zero cost
+        ("gpt-5", {"input": 1.0, "output": 1.0}, False),
+        ("gpt-4o", {"input": 1.0, "output": 1.0}, False),
     ],
 )
 def test_spec_10_1_openai_explicit_breakpoints_from_gpt_5_6(
-    api_id: str, price: float, explicit: bool
+    api_id: str, prices: dict[str, float] | None, explicit: bool
 ) -> None:
     m = model(
         id=f"openai/{api_id}",
@@ -74,13 +76,67 @@ def test_spec_10_1_openai_explicit_breakpoints_from_gpt_5_6(
         api="openai",
         api_id=api_id,
         family="gpt",
-        prices={"input": price, "output": 1.0},
+        prices=prices,
         cache={"kind": "automatic", "max_breakpoints": 0, "min_cacheable_tokens": 1024},
     )
     plan = compile_policy("kilo-default", m)
     body = apply_plan(plan, _conversation(), StepInput()).request
     assert (count_markers(body, "openai") > 0) is explicit
     assert ("openai-explicit-breakpoints" in plan.overrides) is explicit
+
+
+@pytest.mark.parametrize(
+    ("entry", "api", "marked"),
+    [
+        # transform.ts@006a344:423-433: the gateway's SDK closes the gate, though its api id
+        # names Anthropic.
+        (
+            {"provider": "vercel", "api_id": "anthropic/claude-sonnet-4.5"},
+            "openai-compatible",
+            0,
+        ),
+        # the Alibaba SDK opens it (no anthropic/claude in any id)
+        (
+            {"provider": "alibaba", "api_id": "qwen3-coder-plus", "family": "qwen"},
+            "openai-compatible",
+            3,
+        ),
+        # the Kilo gateway's openai/gpt-5.6 is marked, under the openrouter namespace
+        (
+            {"provider": "kilo", "api_id": "openai/gpt-5.6", "family": "gpt"},
+            "openai-compatible",
+            3,
+        ),
+        # a custom provider id on the OpenAI SDK gets no prompt_cache_breakpoint
+        (
+            {"provider": "my-proxy", "sdk": "@ai-sdk/openai", "api_id": "gpt-5.6", "family": "gpt"},
+            "openai",
+            0,
+        ),
+        # the same model on OpenAI itself does
+        ({"provider": "openai", "api_id": "gpt-5.6", "family": "gpt"}, "openai", 3),
+    ],
+    ids=["vercel-gateway", "alibaba", "kilo-gateway-gpt-5.6", "custom-openai-sdk", "openai"],
+)
+def test_spec_10_1_gate_keys_on_the_sdk_package_and_provider_id(
+    entry: dict[str, str], api: str, marked: int
+) -> None:
+    m = model(
+        id=f"{entry['provider']}/{entry['api_id']}",
+        api=api,
+        prices={"input": 1.0, "output": 2.0},
+        cache={"kind": "automatic", "max_breakpoints": 0, "min_cacheable_tokens": 1024},
+        **entry,
+    )
+    body = apply_plan(compile_policy("kilo-default", m), _conversation(), StepInput()).request
+    assert count_markers(body, api) == marked
+
+
+def test_a_model_entry_takes_its_providers_sdk_package() -> None:
+    assert model(provider="anthropic").sdk == "@ai-sdk/anthropic"
+    assert model(provider="vercel").sdk == "@ai-sdk/gateway"
+    assert model(provider="some-proxy").sdk == "@ai-sdk/openai-compatible"
+    assert model(provider="some-proxy", sdk="@ai-sdk/anthropic").sdk == "@ai-sdk/anthropic"
 
 
 def test_spec_10_2_auto_rule_marks_last_tool_last_system_latest_user(tmp_path) -> None:  # type: ignore[no-untyped-def]
