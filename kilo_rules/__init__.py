@@ -30,6 +30,11 @@ from .errors import (
 from .importers import detect_format, import_file, read_session
 from .net import NetworkSettings, use_network
 from .plan import Plan
+from .plugins import (
+    SystemTransformContext,
+    register_system_transform,
+    unregister_system_transform,
+)
 from .policy import PolicyBody
 from .providers.acceptance import BodyContext, Violation, check_body
 from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
@@ -38,6 +43,7 @@ from .runtime.compaction import CompactionResult, compact
 from .runtime.context import Agent, Skill, StepInput, Workspace
 from .runtime.facade import Runtime, StepResult
 from .runtime.mutations import MutationError, apply_mutations
+from .runtime.prune import PruneResult, prune_session
 from .sandbox import allow_read
 from .session import (
     Message,
@@ -102,6 +108,7 @@ __all__ = [
     "Plan",
     "PolicyBody",
     "PolicyError",
+    "PruneResult",
     "ResolvedPolicy",
     "Runtime",
     "Session",
@@ -113,6 +120,7 @@ __all__ = [
     "Summarizer",
     "SummarizerError",
     "SummaryRequest",
+    "SystemTransformContext",
     "TurnResult",
     "Violation",
     "Workspace",
@@ -132,11 +140,14 @@ __all__ = [
     "import_file",
     "load_session",
     "model_from_data",
+    "prune_session",
     "read_session",
+    "register_system_transform",
     "resolve_policy",
     "session_from_data",
     "session_from_json",
     "simulate",
     "truncate_output",
+    "unregister_system_transform",
     "use_network",
 ]

@@ -140,6 +140,8 @@ def _layers(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
                 )
             ids.setdefault(lid, i)
             src = layer.get("source")
+            if src is None:
+                yield _sourceless_layer(policy, base, lp, lid, layers)
             if src == "file" and not layer.get("path"):
                 yield Diagnostic(
                     "policy.layer-needs-path",
@@ -161,6 +163,71 @@ def _layers(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
                     policy.locate((*base, "system", "layers", i, "replaces")),
                     hint=(f"did you mean {g!r}?" if (g := did_you_mean(rep, ids)) else None),
                 )
+
+
+def _sourceless_layer(
+    policy: ResolvedPolicy, base: JsonPath, lp: JsonPath, lid: Any, layers: list[Any]
+) -> Diagnostic:
+    """A layer without a source: ``extends`` merged it onto no inherited layer (in an
+    override's ``set`` the list replaces the layers, so every layer there is new)."""
+    if base:
+        message = f"layer {lid!r} of an override has no source"
+        hint = "an override's layers replace the policy's layers, so each needs a source"
+    elif len(policy.chain) > 1:
+        message = f"layer {lid!r} has no source and matches no inherited layer"
+        others = [x.get("id") for x in layers if x.get("id") != lid]
+        guess = did_you_mean(str(lid), [o for o in others if isinstance(o, str)])
+        hint = (f"did you mean {guess!r}? " if guess else "") + (
+            "a layer that changes an inherited one uses its id; a new layer needs a source"
+        )
+    else:
+        message = f"layer {lid!r} has no source"
+        hint = "a layer may leave out its source only to change an inherited layer"
+    return Diagnostic("policy.unknown-layer", message, policy.locate(lp), hint=hint)
+
+
+def named_transforms(policy: ResolvedPolicy) -> Iterator[tuple[JsonPath, str]]:
+    """(path, name) of every system transform the policy names."""
+    for base, body in policy_bodies(policy.data):
+        for i, name in enumerate(lookup(body, ("system", "transforms")) or []):
+            if isinstance(name, str):
+                yield (*base, "system", "transforms", i), name
+
+
+def check_inputs(policy: ResolvedPolicy) -> tuple[str, ...]:
+    """What the checks of ``policy`` read besides the policy and the files it names: the
+    system transform names known now, when it names any (registering a transform or
+    installing a plugin changes the verdict)."""
+    from .plugins import system_transform_names
+
+    if next(named_transforms(policy), None) is None:
+        return ()
+    return tuple(system_transform_names())
+
+
+@check("system-transforms")
+def _system_transforms(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """Every transform named in ``system.transforms`` is registered or installed."""
+    from .plugins import SYSTEM_TRANSFORMS_GROUP, system_transform_names
+
+    named = list(named_transforms(policy))
+    if not named:
+        return
+    known = system_transform_names()
+    for path, name in named:
+        if name in known:
+            continue
+        guess = did_you_mean(name, known)
+        yield Diagnostic(
+            "policy.unknown-transform",
+            f"system.transforms: no system transform named {name!r}",
+            policy.locate(path),
+            details={"transform": name, "known": known},
+            hint=(f"did you mean {guess!r}? " if guess else "")
+            + (f"known: {', '.join(known)}; " if known else "none is known; ")
+            + "register one with kilo_rules.register_system_transform() or install a "
+            f"plugin with an entry point in the group {SYSTEM_TRANSFORMS_GROUP}",
+        )
 
 
 @check("providers")

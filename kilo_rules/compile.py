@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from . import sandbox
 from .catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS, ModelInfo, bundled_catalog
-from .checks import read_file, referenced_files, semantic_diagnostics
+from .checks import check_inputs, read_file, referenced_files, semantic_diagnostics
 from .errors import Diagnostic, KiloRulesError, Location, PolicyError
 from .expr import CompiledExpr, model_values, order_definitions
 from .load import JsonPath, lookup
@@ -242,7 +242,7 @@ def _stage_system(b: _Build) -> None:
         elif layer.get("when") is False:
             continue
         text: str | None = None
-        source = layer["source"]
+        source = layer.get("source")  # the checks refused a layer without one
         if source == "file":
             text = _read_prompt(b, (*lp, "path"), "layer file")[1]
         elif source == "text":
@@ -415,8 +415,10 @@ _Roots = tuple[Path, ...]
 _PLANS: LRUCache[tuple[str, _Roots, str, str], tuple[_Stamp, Plan]] = LRUCache(CACHE_SIZE)
 # policy revision -> its compiled expressions (they depend on nothing else)
 _EXPRESSIONS: LRUCache[str, PolicyExpressions] = LRUCache(CACHE_SIZE)
-# (policy revision, read roots) -> (stamp of the files it names, its error diagnostics)
-_CHECKED: LRUCache[tuple[str, _Roots], tuple[_Stamp, list[Diagnostic]]] = LRUCache(CACHE_SIZE)
+# (policy revision, read roots, what else the checks read) -> (stamp of the files it names,
+# its error diagnostics)
+_CheckKey = tuple[str, _Roots, tuple[str, ...]]
+_CHECKED: LRUCache[_CheckKey, tuple[_Stamp, list[Diagnostic]]] = LRUCache(CACHE_SIZE)
 # (reference, working directory, read roots) -> (stamp of the policy files, resolved policy)
 _RESOLVED: LRUCache[tuple[str, str, _Roots], tuple[_Stamp, ResolvedPolicy]] = LRUCache(CACHE_SIZE)
 
@@ -459,7 +461,7 @@ def _checked(policy: ResolvedPolicy) -> list[Diagnostic]:
     """The error diagnostics ``kilo-rules check`` reports for ``policy`` (warnings do not
     stop a compile), computed once per revision and read roots while the files it names
     are unchanged."""
-    key = (_revision(policy), policy.read_roots)
+    key = (_revision(policy), policy.read_roots, check_inputs(policy))
     errors = _fresh(_CHECKED.get(key))
     if errors is None:
         diags = semantic_diagnostics(policy)

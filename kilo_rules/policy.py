@@ -202,18 +202,48 @@ class Payload(_Section):
 # --------------------------------------------------------------------------------- prune
 
 
-class PruneReasons(_Section):
-    """Which triggers may prune (spec §6 gate)."""
+def _decided_per_model(value: str | bool) -> str | bool:
+    # Compile puts a condition's value in place of its expression when it reads only
+    # model.* and config.*, as Kilo's gate reads only its config. Text still here reads
+    # per-step names, which the normal prune (before the step is built) and the
+    # post-compaction prune (between steps) do not have: refused when the plan compiles
+    # rather than failing the first step that prunes.
+    if isinstance(value, str):
+        raise ValueError(
+            "a prune gate is decided once per model: its condition may read only "
+            "model.* and config.*"
+        )
+    return value
 
-    normal: bool = Field(False, description="Prune on every step (Kilo: opt-in, false).")
-    post_compaction: bool = Field(True, description="Prune after a summary (Kilo: true).")
-    payload_limit: bool = Field(True, description="Prune when the payload is too big (Kilo: true).")
+
+#: A prune gate: true, false, or a condition on ``model.*`` and ``config.*``.
+PruneGate = Annotated[Condition, AfterValidator(_decided_per_model)]
+
+
+class PruneReasons(_Section):
+    """Which triggers may prune (spec §6 gate). Each is a condition decided once per model
+    (on model.* and config.*); config.compaction.prune: false closes all of them."""
+
+    normal: PruneGate = Field(
+        False,
+        description="Prune before every step (Kilo: only when config.compaction.prune is "
+        "true; kilo-default: config.compaction.prune == true).",
+    )
+    post_compaction: PruneGate = Field(True, description="Prune after a summary (Kilo: true).")
+    payload_limit: PruneGate = Field(
+        True, description="Prune when the payload is too big (Kilo: true)."
+    )
 
 
 class Prune(_Section):
     """Mark old tool outputs as compacted (spec §6). Nothing is deleted."""
 
-    enabled: bool = Field(True, description="Master switch (KILO_DISABLE_PRUNE).")
+    enabled: PruneGate = Field(
+        True,
+        description="Master switch, a condition decided once per model (kilo-default: "
+        "config.compaction.prune != false). config.compaction.prune: false "
+        "(KILO_DISABLE_PRUNE) switches pruning off whatever this says.",
+    )
     reasons: PruneReasons = Field(
         default_factory=PruneReasons, description="Per-trigger enablement."
     )
@@ -395,11 +425,14 @@ class Layer(_Section):
     id: str = Field(
         description="Layer id, unique within the policy.", pattern=r"^[a-z][a-z0-9_-]*$"
     )
-    source: LayerSource = Field(
+    source: LayerSource | None = Field(
+        None,
         description="file: a prompt file; text: inline text; soul: the soul file; agent: the "
         "agent's own prompt; family: the prompt chosen by prompts.rules; environment: the "
         "static environment block; instructions: discovered instruction files; skills: the "
-        "skills list; user: the per-message system override."
+        "skills list; user: the per-message system override. Required for a new layer; a "
+        "layer that changes an inherited one (same id, in a policy that extends another) "
+        "may leave it out, and every field it leaves out keeps the inherited value.",
     )
     when: Condition | None = Field(None, description="Include the layer only when true.")
     path: str | None = Field(None, description="Prompt file (source file/soul), policy-relative.")
@@ -414,11 +447,25 @@ class System(_Section):
 
     layers: tuple[Layer, ...] = Field((), description="Layers in order (most stable first).")
     blocks: int = Field(
-        1, ge=1, le=4, description="System blocks sent (Kilo: 1; 2 after plugin pushes)."
+        1,
+        ge=1,
+        le=4,
+        description="Blocks the layers are assembled into (Kilo: 1): the first blocks-1 "
+        "non-empty layers get a block each and the rest share the last. More than 2 "
+        "survive only with collapse: none.",
     )
-    collapse: Literal["header-rest", "join"] = Field(
-        "header-rest",
-        description="header-rest: keep the first block, join the rest (Kilo); join: one block.",
+    transforms: tuple[Annotated[str, Field(min_length=1, pattern=r"^\S+$")], ...] = Field(
+        (),
+        description="System transforms run in order on the assembled blocks, as Kilo's "
+        "plugin hook experimental.chat.system.transform: names registered with "
+        "kilo_rules.register_system_transform or entry points of the group "
+        "kilo_rules.system_transforms (docs/plugins.md). Kilo: none.",
+    )
+    collapse: Literal["kilo", "none"] = Field(
+        "kilo",
+        description="After the transforms. kilo: more than 2 blocks whose first is still "
+        "the original header become [header, the rest joined with the separator]; a "
+        "changed header collapses nothing (Kilo). none: the blocks are sent as they are.",
     )
     separator: str = Field("\n", description="Joiner between layers (Kilo: newline).")
     instructions: Instructions = Field(
@@ -556,13 +603,16 @@ class Cache(_Section):
         False, description="No explicit breakpoints when automatic caching is enabled."
     )
     shapes: Annotated[
-        dict[Literal["openai", "openai-compatible"], Literal["explicit", "cache_control", "none"]],
+        dict[
+            Literal["openai", "openai-responses", "openai-compatible"],
+            Literal["explicit", "cache_control", "none"],
+        ],
         AfterValidator(FrozenDict),
     ] = Field(
         default_factory=FrozenDict,
-        description="Marker shape per wire format where it is a choice: openai 'explicit' "
-        "(prompt_cache_breakpoint, GPT-5.6 and later) or 'none'; openai-compatible "
-        "'cache_control' (forwarded to Anthropic by OpenRouter) or 'none'.",
+        description="Marker shape per wire format where it is a choice: openai and "
+        "openai-responses 'explicit' (prompt_cache_breakpoint, GPT-5.6 and later) or 'none'; "
+        "openai-compatible 'cache_control' (forwarded to Anthropic by OpenRouter) or 'none'.",
     )
 
 

@@ -2,8 +2,11 @@
 
 Each file is validated against ``schemas/policy.v1.json`` on its own (so errors point into
 the file that has them), then merged over its base: mappings merge key by key, lists of
-mappings that all carry an ``id`` merge by id, anything else is replaced. The merged
-document keeps, for every path, the file and position it came from.
+mappings that all carry an ``id`` merge by id, anything else is replaced. An item whose id
+the base has is merged field by field onto the inherited one, so a system layer written
+as ``{id: soul, when: false}`` keeps its inherited ``source`` (a layer left without one
+matched nothing it could change: the ``layers`` check says so). The merged document keeps,
+for every path, the file and position it came from.
 """
 
 from __future__ import annotations

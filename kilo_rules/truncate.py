@@ -40,16 +40,18 @@ MAX_BYTES = 50 * 1024
 #: How long spill files are kept (7 days).
 RETENTION_SECONDS = 7 * 24 * 3600
 
-#: Default hint; ``{path}`` is the spill file, ``{advice}`` one of the two sentences below.
+#: Default hint; ``{path}`` is the spill file, ``{advice}`` one of the two advices below.
 HINT_TEMPLATE = (
     "The tool call succeeded but the output was truncated. Full output saved to: {path}\n{advice}"
 )
-#: Advice when the agent may delegate (the Task tool is not denied).
+#: Advice when the agent may delegate (the Task tool is not denied), Kilo's text
+#: (``truncate.ts@5124c73:133``): how to search and read the file (Grep, and Read with
+#: offset/limit) and that a sub-agent, not the agent itself, should do it.
 DELEGATE_ADVICE = (
-    "To work through it without filling your context, use the Task tool to delegate "
-    "searching or reading that file to a sub-agent and ask it for only the parts you need."
+    "Use the Task tool to have explore agent process this file with Grep and Read (with "
+    "offset/limit). Do NOT read the full file yourself - delegate to save context."
 )
-#: Advice when the agent cannot delegate.
+#: Advice when the agent cannot delegate, Kilo's text (``truncate.ts@5124c73:134``).
 GREP_ADVICE = (
     "Use Grep to search the full content or Read with offset/limit to view specific sections."
 )
@@ -153,7 +155,8 @@ def truncate_output(
     the content is the preview, a ``...<n> <unit> truncated...`` marker and the hint.
 
     ``hint_template`` may use ``{path}`` and ``{advice}``; advice is :data:`DELEGATE_ADVICE`
-    when ``task_enabled`` (the agent may use the Task tool), else :data:`GREP_ADVICE`.
+    when ``task_enabled`` (the agent may use the Task tool: the search and read advice,
+    handed to a sub-agent), else :data:`GREP_ADVICE` (search and read it yourself).
     """
     if max_lines < 0 or max_bytes < 0:
         raise ValueError("max_lines and max_bytes must not be negative")

@@ -126,6 +126,24 @@ def test_spec_11_1_hint_without_task_tool(tmp_path: Path) -> None:
     )
     assert result.content.endswith(f"{HINT_HEAD}{tmp_path / 'tool_g'}\n{GREP_ADVICE}")
     assert "Task" not in result.content
+    # Kilo's text (truncate.ts@5124c73:134).
+    assert GREP_ADVICE == (
+        "Use Grep to search the full content or Read with offset/limit to view specific sections."
+    )
+
+
+def test_spec_11_1_hint_with_task_gives_both_advices(tmp_path: Path) -> None:
+    # With the Task tool the hint still says how to search and read the file (Grep, Read
+    # with offset/limit), and hands that to a sub-agent: Kilo's text, truncate.ts@5124c73:133.
+    result = truncate_output(numbered(5), spill_dir=tmp_path, call_id="d", max_lines=2)
+    path = tmp_path / "tool_d"
+    assert result.content == (
+        "line 0\nline 1\n\n...3 lines truncated...\n\n"
+        f"The tool call succeeded but the output was truncated. Full output saved to: {path}\n"
+        "Use the Task tool to have explore agent process this file with Grep and Read "
+        "(with offset/limit). Do NOT read the full file yourself - delegate to save context."
+    )
+    assert GREP_ADVICE not in result.content  # the sentence of the agent without a Task tool
 
 
 def test_spec_11_1_custom_hint_template(tmp_path: Path) -> None:

@@ -2,9 +2,10 @@
 
 ``apply_plan`` builds one request and says whether Kilo would compact first; it does not
 compact, because compaction calls a summarizer. :class:`Runtime` closes the loop the way
-Kilo's prompt loop does (spec §8): normal prune when the policy opts in, apply, and — when
-the usage count reached the limit, the preflight estimate did, or the provider rejected the
-last request as too long (:meth:`Runtime.overflowed`) — compact, persist, apply again.
+Kilo's prompt loop does (spec §8): normal prune when the plan's gate allows it
+(kilo-default: with ``config.compaction.prune: true``), apply, and — when the usage count
+reached the limit, the preflight estimate did, or the provider rejected the last request
+as too long (:meth:`Runtime.overflowed`) — compact, persist, apply again.
 ``compaction.attempt_rule`` says what ``compaction.max_attempts`` caps: compactions per
 user turn (Kilo), or consecutive compactions that freed less than
 ``compaction.min_progress`` of the request (for long autonomous runs); one more is a
@@ -26,7 +27,7 @@ from .compaction import compact
 from .context import StepInput
 from .history import compaction_part
 from .mutations import apply_mutations
-from .prune import prune, prune_settings
+from .prune import prune_session
 from .trace import plan_caches
 
 if TYPE_CHECKING:
@@ -183,10 +184,9 @@ class Runtime:
         step_input = step_input or StepInput()
         decisions: list[Decision] = []
         mutations: list[dict[str, Any]] = []
-        settings = prune_settings(self.plan)
-        if settings.allows("normal"):
-            pruned = prune(session.messages, settings, self.counter.count, "normal")
-            now = max((m.created for m in session.messages), default=0)
+        now = max((m.created for m in session.messages), default=0)
+        pruned = prune_session(self.plan, session, "normal", now=now, count=self.counter.count)
+        if pruned.allowed:
             decisions.append(
                 self._decide(
                     "prune.normal",
@@ -196,8 +196,8 @@ class Runtime:
                 )
             )
             if pruned.parts:
-                mutations.extend(pruned.mutations(now))
-                session = apply_mutations(session, pruned.mutations(now))
+                mutations.extend(pruned.mutations())
+                session = apply_mutations(session, pruned.mutations())
         result = apply_plan(self.plan, session, step_input)
         compactions = 0
         reason = self._reason(session, result)

@@ -1,4 +1,6 @@
-"""System prompt assembly (spec §9): layers in the policy's order, collapsed into blocks.
+"""System prompt assembly (spec §9): layers in the policy's order, assembled into blocks,
+then the policy's system transforms (Kilo's plugin hook, :mod:`kilo_rules.plugins`) and
+Kilo's collapse of what they leave.
 
 Instruction files are discovered as Kilo does: the first global file that exists; in the
 project, the nearest file of the first name found walking up from the working directory
@@ -13,14 +15,20 @@ import functools
 import glob
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..checks import MAX_FILE_BYTES, instruction_path_problem
 from ..errors import NetworkError
 from ..net import NetClient, UrlCache, network_settings
 from ..plan import LayerPlan
+from ..plugins import (
+    SystemTransform,
+    SystemTransformContext,
+    TransformLoadError,
+    find_system_transform,
+)
 from ..policy import Instructions
 from .context import StepInput, Workspace
 
@@ -265,12 +273,17 @@ def layer_texts(
 
 
 def assemble(
-    texts: Sequence[tuple[str, str]], *, blocks: int, collapse: str, separator: str
+    texts: Sequence[tuple[str, str]],
+    *,
+    blocks: int,
+    separator: str,
+    collapse: Literal["header-rest", "join"] = "header-rest",
 ) -> list[str]:
     """Join the (layer id, text) pairs into system blocks; empty texts are dropped.
 
     One block by default (Kilo). With ``blocks: k`` and ``header-rest``, the first k−1
-    layers keep their own blocks and the rest are joined into the last one."""
+    layers keep their own blocks and the rest are joined into the last one; ``join``
+    makes one block whatever ``blocks`` says."""
     nonempty = [t for _, t in texts if t.strip()]
     if not nonempty:
         return []
@@ -302,7 +315,86 @@ def step_instructions(r: StepRun) -> tuple[Instructions, list[Path]]:
     return hit
 
 
+def kilo_collapse(system: Sequence[str], header: str | None, separator: str) -> list[str]:
+    """Kilo's rule after the plugin hook (``request.ts@0361076:90-94``): more than 2 blocks
+    whose first is still the original ``header`` become ``[header, the rest joined]``; a
+    changed header (or 2 blocks or fewer) leaves the blocks as they are."""
+    if len(system) > 2 and header is not None and system[0] == header:
+        return [system[0], separator.join(system[1:])]
+    return list(system)
+
+
+def _not_blocks(value: Any) -> str | None:
+    """What is wrong with a transform's result as system blocks, or None."""
+    if not isinstance(value, list | tuple):
+        return f"gave {type(value).__name__}, not a list of strings"
+    bad = [b for b in value if not isinstance(b, str)]
+    if bad:
+        return f"gave a list holding {type(bad[0]).__name__}, not only strings"
+    return None
+
+
+def transform_system(
+    system: Sequence[str],
+    names: Sequence[str],
+    context: SystemTransformContext,
+    find: Callable[[str], SystemTransform | None] = find_system_transform,
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """(blocks, one decision per transform): the ``names`` run in order on ``system``.
+
+    Each transform gets a copy of the blocks so far, so that one that fails (unknown, not
+    loadable, raising, or returning something other than a list of strings) leaves them as
+    they were: its decision carries a warning and the next transform runs as if it had not
+    been named. A failing plugin must never fail the step it was meant to adjust."""
+    current = list(system)
+    decisions: list[dict[str, Any]] = []
+    for name in names:
+        before = current
+        inputs = {"name": name, "blocks": len(before)}
+        problem: str | None = None
+        try:
+            fn = find(name)
+            if fn is None:
+                problem = f"no system transform named {name!r} is registered or installed"
+            else:
+                work = list(before)
+                returned = fn(work, context)
+                value = work if returned is None else returned
+                if (why := _not_blocks(value)) is not None:
+                    problem = f"transform {name!r} {why}"
+                else:
+                    current = list(value)
+        except TransformLoadError as exc:
+            problem = str(exc)
+        except Exception as exc:  # a plugin may raise anything
+            problem = f"transform {name!r} failed: {type(exc).__name__}: {exc}"
+        if problem is not None:
+            result: dict[str, Any] = {"warning": f"{problem}; the system prompt is unchanged"}
+        else:
+            header = "changed" if current[:1] != before[:1] else "kept"
+            result = {"blocks": len(current), "chars": [len(b) for b in current], "header": header}
+        decisions.append({"inputs": inputs, "result": result})
+    return current, decisions
+
+
+def transform_context(r: StepRun) -> SystemTransformContext:
+    """What the system transforms of this step are told about its request."""
+    m = r.plan.model
+    return SystemTransformContext(
+        model_id=m.id,
+        provider=m.provider,
+        family=m.family,
+        api_id=m.api_id,
+        agent=r.step.agent.name,
+        session_id=r.session.id,
+        step=r.step.step,
+    )
+
+
 def build_system(r: StepRun, view: Sequence[Message], ctx: dict[str, Any]) -> list[str]:
+    """The system blocks of this step (spec §9.1): the layers whose condition holds,
+    assembled into ``system.blocks``, then the ``system.transforms`` in order, then the
+    ``system.collapse`` rule. Every step of it is a ``system`` decision."""
     plan = r.plan
     settings, files = step_instructions(r)
     last_user = next((m for m in reversed(view) if m.role == "user"), None)
@@ -337,7 +429,7 @@ def build_system(r: StepRun, view: Sequence[Message], ctx: dict[str, Any]) -> li
             continue
         texts.append((layer.id, text))
     sys = plan.settings.system
-    blocks = assemble(texts, blocks=sys.blocks, collapse=sys.collapse, separator=sys.separator)
+    blocks = assemble(texts, blocks=sys.blocks, separator=sys.separator)
     r.decide(
         "system",
         "layers",
@@ -349,4 +441,38 @@ def build_system(r: StepRun, view: Sequence[Message], ctx: dict[str, Any]) -> li
             "family_prompt": plan.prompt.rule if plan.prompt else None,
         },
     )
-    return blocks
+    return _transform_and_collapse(r, blocks)
+
+
+def _transform_and_collapse(r: StepRun, blocks: list[str]) -> list[str]:
+    sys = r.plan.settings.system
+    header = blocks[0] if blocks else None
+    if sys.transforms:
+        blocks, decisions = transform_system(blocks, sys.transforms, transform_context(r))
+        for d in decisions:
+            warn = "warning" in d["result"]
+            r.decide(
+                "system",
+                "transform",
+                "system.transforms",
+                d["inputs"],
+                d["result"],
+                "warning" if warn else "info",
+            )
+    elif len(blocks) <= 2:
+        return blocks  # nothing a transform added, nothing Kilo's rule would collapse
+    kept = "kept" if blocks[:1] == ([header] if header is not None else []) else "changed"
+    collapsed = kilo_collapse(blocks, header, sys.separator) if sys.collapse == "kilo" else blocks
+    # No wire sends a blank block (providers refuse it), and a transform may push one.
+    sent = [b for b in collapsed if b.strip()]
+    result: dict[str, Any] = {"blocks": len(sent)}
+    if len(sent) < len(collapsed):
+        result["dropped_blank"] = len(collapsed) - len(sent)
+    r.decide(
+        "system",
+        "collapse",
+        "system.collapse",
+        {"rule": sys.collapse, "blocks": len(blocks), "header": kept},
+        result,
+    )
+    return sent
