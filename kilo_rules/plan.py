@@ -9,7 +9,7 @@ step. Each decision is also callable alone (``plan.value("budget.usable")``,
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,6 +43,12 @@ def _seconds(value: Any) -> int | None:
 
 def _rel_file(file: str) -> str:
     return Location(file, 1, 1).relative().file
+
+
+def transforms_line(transforms: Sequence[str], collapse: str) -> str:
+    """The plan output's line for the system transforms a step runs and the collapse
+    rule after them."""
+    return f"  system transforms: {', '.join(transforms) or 'none'} (then collapse {collapse})"
 
 
 def _rel(loc: Location) -> str:
@@ -294,6 +300,10 @@ class Plan:
                 }
                 for layer in self.layers
             ],
+            "system": {
+                "transforms": list(self.settings.system.transforms),
+                "collapse": self.settings.system.collapse,
+            },
             "cache": self.cache,
             "stages": list(self.stages),
             "warnings": [d.to_json() for d in self.warnings],
@@ -331,6 +341,9 @@ class Plan:
                 layer.id + (f" [when {layer.condition.text}]" if layer.condition else "")
                 for layer in self.layers
             )
+        )
+        lines.append(
+            transforms_line(self.settings.system.transforms, self.settings.system.collapse)
         )
         c = self.cache
         lines.append(

@@ -11,7 +11,7 @@ from typing import Any
 from ..compile import compile_policy
 from ..errors import Location, render_text
 from ..explain import location_of, where
-from ..plan import Plan
+from ..plan import Plan, transforms_line
 from . import _options as opt
 from ._runner import EXIT_OK, relative
 from ._table import FULL_HINT, render_table, shorten
@@ -102,6 +102,8 @@ def render_plan(plan: Plan, *, full: bool = False) -> str:
             for layer in data["layers"]
         )
     )
+    system = data["system"]
+    lines.append(transforms_line(system["transforms"], system["collapse"]))
     c = data["cache"]
     lines.append(
         f"  cache: rule {c['rule']}, {'on' if c['enabled'] else 'off'}, placement "

@@ -375,3 +375,15 @@ def test_a_registered_transform_wins_over_an_entry_point(
     plugin = find_system_transform("push-a")
     assert plugin is not None and plugin.__module__ == "kr_shadowed_plugin"
     monkeypatch.delitem(sys.modules, "kr_shadowed_plugin", raising=False)
+
+
+def test_the_plan_shows_the_transforms_and_the_collapse(tmp_path: Path) -> None:
+    p = tmp_path / "p.yaml"
+    p.write_text(
+        "version: 1\nname: p\nextends: kilo-default\nsystem:\n  transforms: [push-a, push-b]\n"
+    )
+    plan = compile_policy(p, model())
+    assert "system transforms: push-a, push-b (then collapse kilo)" in str(plan)
+    assert plan.to_json()["system"] == {"transforms": ["push-a", "push-b"], "collapse": "kilo"}
+    bare = compile_policy("kilo-default", model())
+    assert "system transforms: none (then collapse kilo)" in str(bare)
