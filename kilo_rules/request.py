@@ -87,7 +87,21 @@ class ToolResult:
     kind: Literal["tool-result"] = "tool-result"
 
 
-Part = Text | Media | Reasoning | ToolCall | ToolResult
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A tool-approval request (on an assistant message) or response (on a tool message).
+    No wire API takes it: :func:`~kilo_rules.providers.render` drops it; until then it
+    keeps a cache breakpoint off the message's last part, as Kilo's placement does."""
+
+    approval_id: str
+    call_id: str
+    approved: bool | None = None  # None on the request
+    reason: str | None = None
+    cache: CacheMark | None = None
+    kind: Literal["approval-request", "approval-response"] = "approval-request"
+
+
+Part = Text | Media | Reasoning | ToolCall | ToolResult | Approval
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,8 +129,24 @@ class CompactionPart(_Model):
     )
 
 
+class ApprovalPart(_Model):
+    """A tool call that waits for the user's approval, and the answer once given (the AI
+    SDK's ``tool-approval-request`` and ``tool-approval-response``). Kept in the record
+    and in the model messages, where it decides where a cache breakpoint can go; no
+    provider's wire carries it, so it is never sent."""
+
+    type: Literal["approval"] = Field("approval", description="Part kind.")
+    id: str = Field(description="Part id, unique within the session.")
+    approval_id: str = Field(description="The approval's id; pairs request and response.")
+    call_id: str = Field(description="The tool call that needs approval.")
+    approved: bool | None = Field(
+        None, description="The answer: true or false; null while it is still asked."
+    )
+    reason: str | None = Field(None, description="Why it was approved or denied, if given.")
+
+
 Part = Annotated[
-    TextPart | ReasoningPart | FilePart | ToolPart | StepStartPart | CompactionPart,
+    TextPart | ReasoningPart | FilePart | ToolPart | StepStartPart | CompactionPart | ApprovalPart,
     Field(discriminator="type"),
 ]
 

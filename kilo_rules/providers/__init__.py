@@ -28,12 +28,13 @@ API), ``openai-compatible`` (Chat Completions servers such as OpenRouter and Lit
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
 from ..catalog import WIRE_BREAKPOINTS, signature_issuer
 from ..errors import CatalogError, Diagnostic, did_you_mean
-from ..request import ModelRequest
+from ..request import Approval, ModelRequest
 from . import anthropic, bedrock, copilot, gemini, openai, openai_compatible, openai_responses
 
 __all__ = [
@@ -101,7 +102,20 @@ def render(request: ModelRequest, api: str) -> dict[str, Any]:
     :class:`~kilo_rules.errors.CatalogError` for an unknown ``api``.
     """
     _check(api)
-    return _RENDERERS[api](request)
+    return _RENDERERS[api](_without_approvals(request))
+
+
+def _without_approvals(request: ModelRequest) -> ModelRequest:
+    """``request`` without tool-approval parts, which no wire API takes (the AI SDK drops
+    them too); a message left empty by that is dropped with them."""
+    if not any(isinstance(p, Approval) for m in request.messages for p in m.parts):
+        return request
+    messages = []
+    for m in request.messages:
+        parts = tuple(p for p in m.parts if not isinstance(p, Approval))
+        if parts:
+            messages.append(m if len(parts) == len(m.parts) else replace(m, parts=parts))
+    return replace(request, messages=tuple(messages))
 
 
 def endpoint(request: ModelRequest, api: str) -> str:

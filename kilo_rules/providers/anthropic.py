@@ -187,7 +187,7 @@ def _message(msg: ModelMessage) -> dict[str, Any]:
                 "input": part.input,
             }
             entries.append((call, part.cache, True))
-        else:
+        elif isinstance(part, ToolResult):
             block, leftover = _result(part)
             # An inner mark with no inner block to sit on is carried by the result block.
             entries.append((block, effective_mark(part.cache, leftover), True))

@@ -211,7 +211,7 @@ def _message(msg: ModelMessage, names: dict[str, int], reader: str | None) -> di
                 "input": part.input,
             }
             entries.append(({"toolUse": use}, part.cache, True))
-        else:
+        elif isinstance(part, ToolResult):
             block, inner = _result(part, names)
             entries.append((block, effective_mark(part.cache, inner), True))
     kept, _ = settle_marks(entries, msg.cache)

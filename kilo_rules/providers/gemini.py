@@ -154,7 +154,7 @@ def _parts(msg: ModelMessage) -> list[dict[str, Any]]:
             if signature is not None:
                 signed["thoughtSignature"] = signature
             parts.append(signed)
-        else:
+        elif isinstance(part, ToolResult):
             parts.append({"functionResponse": _response(part)})
             # Media cannot sit inside a functionResponse on every Gemini model; they
             # follow the responses in the same turn, where every model reads them.

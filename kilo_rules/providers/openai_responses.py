@@ -232,7 +232,7 @@ def _assistant(msg: ModelMessage) -> list[dict[str, Any]]:
                 "name": part.name,
                 "arguments": json.dumps(part.input, ensure_ascii=False),
             }
-        else:
+        elif isinstance(part, ToolResult):
             note = f"[tool result {part.call_id}] {part.name}"
             item = {"role": "assistant", "content": note}
         if item is not None:

@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from ..plan import CacheSettings
-from ..request import CacheMark, ModelMessage, ModelRequest, Part, Text, ToolResult
+from ..request import Approval, CacheMark, ModelMessage, ModelRequest, Part, Text, ToolResult
 
 #: Where a mark sits: ("tools", i), ("messages", i), ("messages", i, "parts", j) or
 #: ("messages", i, "parts", j, "content", k) for a part inside a tool result.
@@ -226,7 +226,11 @@ def _unstable(part: Part) -> bool:
 
 
 def _stable_part(message: ModelMessage, skip_environment: bool) -> int | None:
-    """The last part a mark may sit on, or None (then the message itself is marked)."""
+    """The last part a mark may sit on, or None (then the message itself is marked): a
+    message that ends with a tool-approval part is marked as a whole, as Kilo does
+    (transform.ts@006a344:361-373)."""
+    if message.parts and isinstance(message.parts[-1], Approval):
+        return None
     for j in range(len(message.parts) - 1, -1, -1):
         part = message.parts[j]
         if isinstance(part, Text) and part.text == "":

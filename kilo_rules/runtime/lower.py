@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..catalog import signature_issuer
 from ..policy import Lowering, Prune, Summary, default
 from ..request import (
+    Approval,
     CacheMark,
     Media,
     ModelMessage,
@@ -34,6 +35,7 @@ from ..request import (
     ToolResult,
 )
 from ..session import (
+    ApprovalPart,
     CompactionPart,
     FilePart,
     Message,
@@ -181,7 +183,7 @@ def _keep_assistant(msg: Message, settings: LowerSettings) -> bool:
 def _assistant(msg: Message, settings: LowerSettings, strip: bool) -> list[ModelMessage]:
     out: list[ModelMessage] = []
     parts: list[Part] = []
-    results: list[ToolResult] = []
+    results: list[ToolResult | Approval] = []
     moved: list[Media] = []
     # Signatures belong to the vendor of the model that wrote this message.
     origin = signature_issuer(msg.model)
@@ -215,6 +217,16 @@ def _assistant(msg: Message, settings: LowerSettings, strip: bool) -> list[Model
             moved.extend(media)
         elif isinstance(p, FilePart):
             parts.append(_file(p, settings, strip or settings.strip_all_media))
+        elif isinstance(p, ApprovalPart):
+            # The AI SDK's shape: the request in the assistant turn, the answer beside the
+            # tool results.
+            parts.append(Approval(p.approval_id, p.call_id))
+            if p.approved is not None:
+                results.append(
+                    Approval(
+                        p.approval_id, p.call_id, p.approved, p.reason, kind="approval-response"
+                    )
+                )
     flush()
     return out
 
@@ -260,6 +272,8 @@ def _part_key(p: object) -> Hashable:
         return ("reasoning", p.text, p.signature, p.encrypted)
     if isinstance(p, FilePart):
         return _file_key(p)
+    if isinstance(p, ApprovalPart):
+        return ("approval", p.approval_id, p.call_id, p.approved, p.reason)
     if isinstance(p, StepStartPart | CompactionPart):
         return p.type
     raise UnkeyableError(type(p).__name__)  # pragma: no cover - every part kind is keyed

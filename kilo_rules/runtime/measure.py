@@ -17,7 +17,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..request import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult, ToolSpec
+from ..request import (
+    Approval,
+    Media,
+    ModelMessage,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
 from ..tokens import CountCache, EstimateCounter, TiktokenCounter, estimate, utf16_len
 from .memo import IdentityLRU
 
@@ -67,6 +76,21 @@ def _part(part: Any, strip: bool, extra: list[int], counter: Callable[[str], int
             "toolName": part.name,
             "output": value,
         }
+    if isinstance(part, Approval):  # the AI SDK's tool-approval parts, as Kilo serialises them
+        if part.kind == "approval-request":
+            return {
+                "type": "tool-approval-request",
+                "approvalId": part.approval_id,
+                "toolCallId": part.call_id,
+            }
+        answer: dict[str, Any] = {
+            "type": "tool-approval-response",
+            "approvalId": part.approval_id,
+            "approved": part.approved,
+        }
+        if part.reason is not None:
+            answer["reason"] = part.reason
+        return answer
     raise TypeError(type(part).__name__)  # pragma: no cover
 
 
@@ -133,6 +157,8 @@ def _text_tokens(m: ModelMessage, strip: bool, count: Callable[[str], int]) -> i
             return count(part.name) + count(_dumps(part.input))
         if isinstance(part, ToolResult):
             return sum(one(c) for c in part.content)
+        if isinstance(part, Approval):
+            return 0  # never sent to the model
         raise TypeError(type(part).__name__)  # pragma: no cover
 
     for p in m.parts:

@@ -633,3 +633,27 @@ def test_a_result_names_the_rule_path_and_reason() -> None:
         "messages[0].content[0].text: text-not-blank: blank text; the API refuses "
         "whitespace-only text"
     )
+
+
+def test_the_docs_table_lists_every_rule_for_every_api() -> None:
+    """docs/acceptance.md's table says which rules each wire API is checked by; it is
+    read back here, so a rule or an API added to the code without the docs fails."""
+    import re
+    from pathlib import Path
+
+    from kilo_rules.providers import APIS
+    from kilo_rules.providers.acceptance import rules_for
+
+    text = (Path(__file__).parents[2] / "docs" / "acceptance.md").read_text("utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in rows[0].strip("|").split("|")][1:]
+    assert sorted(header) == sorted(APIS)
+    documented: dict[str, set[str]] = {api: set() for api in header}
+    for row in rows[1:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        name = re.match(r"`([^`]+)`", cells[0])
+        assert name is not None, row
+        for api, cell in zip(header, cells[1:], strict=True):
+            if cell == "✓":
+                documented[api].add(name.group(1))
+    assert {api: set(rules_for(api)) for api in header} == documented

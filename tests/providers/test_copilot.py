@@ -185,7 +185,9 @@ def test_the_rules_catch_what_the_renderer_never_sends(where: str, mutate: str) 
     assert rule in {v.rule for v in check_body(body, API)}, where
 
 
-def test_the_catalog_model_renders_kilo_marks_through_the_runtime() -> None:
+def test_spec_10_1_copilot_gets_its_own_cache_namespace_through_the_runtime() -> None:
+    """transform.ts@006a344:335-354: Copilot reads `copilot_cache_control`, not
+    `cache_control`; kilo-default marks the Copilot Claude entry in that namespace."""
     entry = bundled_catalog().get("github-copilot/claude-sonnet-4.5")
     assert (entry.api, entry.provider, entry.family) == (API, "github-copilot", "claude")
     assert entry.limits.input is not None and entry.limits.input < entry.limits.context

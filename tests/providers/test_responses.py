@@ -420,7 +420,10 @@ def test_a_reasoning_model_asks_for_its_encrypted_reasoning_back() -> None:
     assert reasoning["include"] == ["reasoning.encrypted_content"]
 
 
-def test_apply_on_the_codex_entry_renders_responses_with_instructions_and_include() -> None:
+def test_spec_9_1_codex_sends_the_system_prompt_as_instructions() -> None:
+    """request.ts@0361076:119-127: on the Responses API (Codex) the system prompt goes as
+    `instructions` and no system messages are sent; a reasoning model asks for its
+    encrypted reasoning back."""
     from kilo_rules.compile import compile_policy
     from kilo_rules.runtime.apply import apply_plan
     from kilo_rules.runtime.context import StepInput

@@ -19,6 +19,7 @@ from kilo_rules.runtime.context import StepInput, Workspace
 from kilo_rules.runtime.lower import LowerSettings, lower, lowering_key
 from kilo_rules.runtime.memo import ContentKey, ContentMemo, UnkeyableError, data_key
 from kilo_rules.session import (
+    ApprovalPart,
     CompactionPart,
     FilePart,
     Message,
@@ -121,6 +122,12 @@ ALTERNATIVES: dict[tuple[type, str], list[Any]] = {
     ],
     (StepStartPart, "type"): [],
     (StepStartPart, "id"): ["s9"],
+    (ApprovalPart, "type"): [],
+    (ApprovalPart, "id"): ["ap9"],
+    (ApprovalPart, "approval_id"): ["ap-other"],
+    (ApprovalPart, "call_id"): ["call_other"],
+    (ApprovalPart, "approved"): [None, True, False],
+    (ApprovalPart, "reason"): [None, "looks safe"],
     (CompactionPart, "type"): [],
     (CompactionPart, "id"): ["c9"],
     (CompactionPart, "auto"): [False],
@@ -152,6 +159,7 @@ def _base_messages() -> list[Message]:
             attachments=[FILE],
         ),
         FilePart(id="f1", mime="image/png", url=PNG),
+        ApprovalPart(id="ap1", approval_id="ap-1", call_id="call_1", approved=True),
     ]
     return [
         Message(id="m1", role="assistant", parts=parts, model="anthropic/claude-x"),
@@ -181,7 +189,7 @@ def _variants(msg: Message) -> list[Message]:
 
 
 def test_every_field_of_a_message_is_listed() -> None:
-    for cls in (Message, TextPart, ReasoningPart, FilePart, ToolPart, StepStartPart):
+    for cls in (Message, TextPart, ReasoningPart, FilePart, ToolPart, StepStartPart, ApprovalPart):
         for name in cls.model_fields:
             assert (cls, name) in ALTERNATIVES, f"{cls.__name__}.{name}: add alternatives"
     for name in CompactionPart.model_fields:

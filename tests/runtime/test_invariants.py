@@ -17,6 +17,7 @@ from kilo_rules.providers import count_markers
 from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.session import (
+    ApprovalPart,
     FilePart,
     Message,
     MessageError,
@@ -104,7 +105,18 @@ def sessions(draw: st.DrawFn) -> Session:
                 if kind == "text":
                     aparts.append(TextPart(id=pid, text=draw(words)))
                 elif kind == "tool":
-                    aparts.append(draw(tool_parts(pid)))
+                    call = draw(tool_parts(pid))
+                    aparts.append(call)
+                    if draw(st.integers(0, 4)) == 0:  # a call that needed the user's approval
+                        answer = draw(st.sampled_from([None, True, False]))
+                        aparts.append(
+                            ApprovalPart(
+                                id=f"{pid}a",
+                                approval_id=f"ap-{pid}",
+                                call_id=call.call_id,
+                                approved=answer,
+                            )
+                        )
                 elif kind == "reasoning":
                     aparts.append(ReasoningPart(id=pid, text=draw(words), signature="sig"))
                 else:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kilo_rules.compile import compile_policy
 from kilo_rules.providers import count_markers
-from kilo_rules.runtime.apply import apply_plan
+from kilo_rules.providers.acceptance import check_body
+from kilo_rules.runtime.apply import apply_plan, run
 from kilo_rules.runtime.context import StepInput
+from kilo_rules.runtime.measure import messages_json
+from kilo_rules.session import ApprovalPart
 
 from .helpers import assistant, model, session, text, tool, user
 
@@ -220,3 +225,48 @@ def test_automatic_caching_for_an_hour_keeps_the_callers_bucket() -> None:
     step = StepInput(automatic_caching=True, options={"automatic_cache": "1h"})
     body = apply_plan(compile_policy("kilo-default", model()), _conversation(), step).request
     assert body["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+
+
+def _awaiting_approval(answered: bool | None):  # type: ignore[no-untyped-def]
+    call = tool("t2", "listing")
+    approval = ApprovalPart(id="ap", approval_id="ap-1", call_id=call.call_id, approved=answered)
+    return session(
+        user("u1", "one"),
+        assistant("a1", text("t1", "let me look"), call, approval, finish="tool-calls"),
+    )
+
+
+def test_spec_10_1_a_message_ending_in_a_tool_approval_is_marked_whole() -> None:
+    """transform.ts@006a344:361-373: on a last-part provider the mark goes on the last
+    content part, unless that part is a tool-approval request or response; then the
+    message itself is marked. No wire carries approval parts, so the body leaves them out
+    and the message-level mark lands on the message's last block."""
+    m = model(provider="openrouter", api="openai-compatible", api_id="anthropic/claude-sonnet-4.5")
+    result = apply_plan(compile_policy("kilo-default", m), _awaiting_approval(None), StepInput())
+    marks = {
+        d.inputs["role"]: d.inputs["target"] for d in result.decisions if d.rule == "kilo.mark"
+    }
+    assert marks == {
+        "system": "messages[0].parts[0]",
+        "assistant": "messages[2]",  # the message, not its last part (the approval request)
+        "tool": "messages[3].parts[0]",
+    }
+    body = result.request
+    assert "approval" not in json.dumps(body)
+    turn = next(m for m in body["messages"] if m["role"] == "assistant")
+    assert turn["tool_calls"][0]["id"] == "call_t2"
+
+
+def test_an_answered_approval_sits_beside_the_tool_results_and_is_never_sent() -> None:
+    plan = compile_policy("kilo-default", model())
+    st = run(plan, _awaiting_approval(True), StepInput(), until="lower")
+    kinds = [(m.role, [p.kind for p in m.parts]) for m in st.lowered]
+    assert ("assistant", ["text", "tool-call", "approval-request"]) in kinds
+    assert ("tool", ["tool-result", "approval-response"]) in kinds
+    # Kilo measures the AI SDK messages, approval parts included (the estimate's JSON).
+    assert '"type":"tool-approval-response","approvalId":"ap-1","approved":true' in (
+        messages_json(st.lowered)
+    )
+    body = apply_plan(plan, _awaiting_approval(True), StepInput()).request
+    assert "approv" not in json.dumps(body)
+    assert check_body(body, "anthropic") == []
