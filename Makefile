@@ -32,6 +32,8 @@ fuzz: $(BIN)/kilo-rules
 	KILO_RULES_FUZZ_EXAMPLES=50000  $(FUZZ_RUN) tests/fuzz/test_fuzz_session.py     # 2 tests
 	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_summarizer.py  # 3 tests
 	KILO_RULES_FUZZ_EXAMPLES=100000 $(FUZZ_RUN) tests/fuzz/test_fuzz_importers.py   # 1 per importer
+	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_routes.py      # 4 tests
+	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_bundle.py      # 4 tests
 
 bench: $(BIN)/kilo-rules
 	$(BIN)/python benchmarks/bench_expr.py

@@ -11,10 +11,12 @@ Compile a YAML policy for a model, then apply the plan to a session at every ste
 
 from __future__ import annotations
 
+from .bundle import build_bundle, verify_bundle
 from .catalog import Catalog, ModelInfo, bundled_catalog, model_from_data
 from .check import CheckReport, check_paths
 from .compile import compile_policy
 from .errors import (
+    BundleError,
     CatalogError,
     ContextOverflowError,
     Diagnostic,
@@ -26,6 +28,7 @@ from .errors import (
     NetworkError,
     PolicyError,
     SessionError,
+    StoreError,
 )
 from .importers import detect_format, import_file, read_session
 from .net import NetworkSettings, use_network
@@ -38,6 +41,7 @@ from .plugins import (
 from .policy import PolicyBody
 from .providers.acceptance import BodyContext, Violation, check_body
 from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
+from .routes import Routes, load_routes
 from .runtime.apply import Decision, TurnResult, apply_plan
 from .runtime.compaction import CompactionResult, compact
 from .runtime.context import Agent, Skill, StepInput, Workspace
@@ -54,6 +58,7 @@ from .session import (
     session_from_json,
 )
 from .simulate import SimulationReport, simulate
+from .store import PolicyStore, ReloadResult, StoreSettings
 from .summarize import Summarizer, SummarizerError, SummaryRequest
 from .summarizers import ExtractiveSummarizer, HttpSummarizer
 from .truncate import cleanup_spill_dir, truncate_output
@@ -86,6 +91,7 @@ __version__ = _version()
 __all__ = [
     "Agent",
     "BodyContext",
+    "BundleError",
     "Catalog",
     "CatalogError",
     "CheckReport",
@@ -108,8 +114,11 @@ __all__ = [
     "Plan",
     "PolicyBody",
     "PolicyError",
+    "PolicyStore",
     "PruneResult",
+    "ReloadResult",
     "ResolvedPolicy",
+    "Routes",
     "Runtime",
     "Session",
     "SessionError",
@@ -117,6 +126,8 @@ __all__ = [
     "Skill",
     "StepInput",
     "StepResult",
+    "StoreError",
+    "StoreSettings",
     "Summarizer",
     "SummarizerError",
     "SummaryRequest",
@@ -128,6 +139,7 @@ __all__ = [
     "allow_read",
     "apply_mutations",
     "apply_plan",
+    "build_bundle",
     "bundled_catalog",
     "bundled_policy_names",
     "check_body",
@@ -138,6 +150,7 @@ __all__ = [
     "detect_format",
     "dump_session",
     "import_file",
+    "load_routes",
     "load_session",
     "model_from_data",
     "prune_session",
@@ -150,4 +163,5 @@ __all__ = [
     "truncate_output",
     "unregister_system_transform",
     "use_network",
+    "verify_bundle",
 ]

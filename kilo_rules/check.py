@@ -1,9 +1,11 @@
 """``kilo-rules check``: validate policy and catalog files the way CI needs.
 
 Paths may be files, directories (searched for ``*.yaml``/``*.yml``) or globs. Each file is
-classified by its content — a top-level ``models:`` list is a model catalog, anything else a
-policy — and checked completely: YAML limits, JSON Schema, ``extends:`` chain, semantic
-checks and every expression. All diagnostics are collected, none stops the others.
+classified by its content — a top-level ``models:`` list is a model catalog, a ``version``
+with ``routes:`` or ``default:`` a routes file, anything else a policy — and checked
+completely: YAML limits, JSON Schema, ``extends:`` chain, semantic checks and every
+expression; a routes file's policy refs, the policy files it names, and its routes against
+the bundled catalog. All diagnostics are collected, none stops the others.
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ def _kind(doc: Document) -> str:
     data = doc.data
     if isinstance(data, dict) and isinstance(data.get("models"), list):
         return "catalog"
+    # A policy has neither key, so a routes file whose schema is wrong is still one.
+    if isinstance(data, dict) and "version" in data and ("routes" in data or "default" in data):
+        return "routes"
     return "policy"
 
 
@@ -121,6 +126,31 @@ def check_catalog_document(doc: Document) -> list[Diagnostic]:
                 )
             )
     return diags
+
+
+def check_routes_file(
+    path: Path, checked: set[Path] | None = None
+) -> tuple[list[Diagnostic], dict[str, str]]:
+    """Every diagnostic of a routes file: its schema and policy refs, every policy file it
+    names (checked as a policy is, once: ``checked`` holds the real paths already done), and
+    its routes against the bundled catalog."""
+    from .catalog import bundled_catalog
+    from .routes import check_routes, read_routes
+
+    done = set() if checked is None else checked
+    routes, diags = read_routes(path)
+    sources: dict[str, str] = {}
+    if routes is None:
+        return diags, sources
+    for ref in routes.policies():
+        # Refs that failed to resolve stay strings, so a refused file is never read here.
+        if isinstance(ref, Path) and ref not in done:
+            done.add(ref)
+            more, src = check_policy_file(ref)
+            diags.extend(more)
+            sources.update(src)
+    diags.extend(check_routes(routes, bundled_catalog()))
+    return diags, sources
 
 
 def check_policy_file(path: Path) -> tuple[list[Diagnostic], dict[str, str]]:
@@ -273,6 +303,7 @@ def check_paths(paths: Iterable[str], *, models: Sequence[ModelInfo] = ()) -> Ch
     report = CheckReport()
     files, problems = expand_paths(paths)
     report.usage_errors.extend(problems)
+    policies_checked: set[Path] = set()
     for path in files:
         report.files.append(str(path))
         try:
@@ -283,9 +314,16 @@ def check_paths(paths: Iterable[str], *, models: Sequence[ModelInfo] = ()) -> Ch
             report.diagnostics.extend(exc.diagnostics)
             continue
         report.sources[doc.file] = doc.text
-        if _kind(doc) == "catalog":
+        kind = _kind(doc)
+        if kind == "catalog":
             report.diagnostics.extend(check_catalog_document(doc))
             continue
+        if kind == "routes":
+            diags, sources = check_routes_file(path, policies_checked)
+            report.sources.update(sources)
+            report.diagnostics.extend(diags)
+            continue
+        policies_checked.add(path.resolve())
         diags, sources = check_policy_file(path)
         report.sources.update(sources)
         report.diagnostics.extend(diags)

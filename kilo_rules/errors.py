@@ -142,6 +142,23 @@ class NetworkError(KiloRulesError):
     or ``net.url``; the details carry the URL and the limit that was hit."""
 
 
+class BundleError(KiloRulesError):
+    """A policy bundle was refused or could not be made (``kilo_rules.bundle``).
+
+    The code names the check (``bundle.gzip``, ``bundle.tar``, ``bundle.path``,
+    ``bundle.link``, ``bundle.digest``, ``bundle.signature``, ...; docs/bundles.md lists
+    them); the location is the bundle file, the member (``bundle.tar.gz!/prompts/a.md``) or
+    the value in its ``manifest.json``."""
+
+
+class StoreError(KiloRulesError):
+    """A policy store has nothing good to serve, or was set up wrongly (``kilo_rules.store``).
+
+    The code says which: ``store.not-ready`` (no revision has passed its checks yet),
+    ``store.closed``, ``store.source`` (no source, or more than one), ``store.public-key``;
+    a revision refused while it was being built carries its own diagnostics."""
+
+
 def render_text(
     diagnostics: Iterable[Diagnostic],
     sources: Mapping[str, str] | None = None,

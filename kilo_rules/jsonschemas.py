@@ -96,12 +96,14 @@ def _generate(model: type[BaseModel], name: str, title: str) -> dict[str, Any]:
 def _models() -> dict[str, tuple[type[BaseModel], str]]:
     from .catalog import Catalog
     from .policy import Policy
+    from .routes import RoutesFile
     from .session import Session
 
     return {
         "policy.v1.json": (Policy, "kilo-rules policy v1"),
         "session.v1.json": (Session, "kilo-rules session v1"),
         "catalog.v1.json": (Catalog, "kilo-rules model catalog v1"),
+        "routes.v1.json": (RoutesFile, "kilo-rules routes v1"),
     }
 
 

@@ -67,6 +67,9 @@ class TurnResult:
     input_tokens: int = 0
     context: int = 0
     counter: str = "estimate"  # the token counter that measured it
+    #: The policy revision the step ran on, when a :class:`~kilo_rules.store.PolicyStore`
+    #: built it (one snapshot for the whole step); None for a plan applied directly.
+    revision: str | None = None
 
     @property
     def fits(self) -> bool:
@@ -93,6 +96,8 @@ class TurnResult:
             "decisions": [d.to_json() for d in self.decisions],
             "mutations": self.mutations,
             "compaction_needed": self.compaction_needed,
+            # Only when set: a plan applied directly gives the same document as before.
+            **({"revision": self.revision} if self.revision is not None else {}),
         }
 
 

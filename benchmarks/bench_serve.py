@@ -1,0 +1,202 @@
+"""Latency of a build through the sidecar against the same build in process.
+
+Run with ``python benchmarks/bench_serve.py [session.jsonl] [--builds N]``. The session
+defaults to the largest Claude Code trajectory in ``../shared/data/trajectories`` (or the
+small example in ``examples/sessions``), taken as ``bench_runtime.py`` takes it: its
+recorded compaction left out, the step built the one before the last assistant message.
+
+The sidecar runs as an operator runs it (``kilo-rules serve --dir`` in its own process, on
+127.0.0.1) over a policy directory routing every model to kilo-default; the client posts
+the same body N times, one at a time, with httpx, and times each answer read whole. The
+yardstick, measured in the same run, is what the sidecar saves a client from doing itself:
+``json.loads`` of the same body, ``session_from_data`` and ``apply`` on a warm plan. The
+ratios of the two latencies' p50 and p99 are what hold across machines; the difference is
+the sidecar's cost: HTTP both ways (the client's included), the response encoded, the hand-off
+to a worker thread. The sidecar's own part is read from its ``Server-Timing`` header.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from kilo_rules.catalog import model_from_data
+from kilo_rules.importers import read_session
+from kilo_rules.runtime.apply import apply_plan
+from kilo_rules.runtime.context import StepInput, Workspace
+from kilo_rules.session import session_from_data
+from kilo_rules.simulate import without_recorded_compactions
+from kilo_rules.store import PolicyStore
+
+ROOT = Path(__file__).resolve().parent.parent
+LARGEST = ROOT.parent / "shared/data/trajectories/claude-code-opus46-spotter-8463c716.jsonl"
+FALLBACK = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"
+MODEL = {
+    "id": "bench/claude",
+    "provider": "anthropic",
+    "family": "claude",
+    "api_id": "claude-bench",
+    "api": "anthropic",
+    "limits": {"context": 1_000_000, "output": 64_000},  # no compaction: measure the build
+    "cache": {"kind": "explicit", "max_breakpoints": 4, "min_cacheable_tokens": 1024},
+}
+ROUTES = "version: 1\nroutes: []\ndefault: kilo-default\n"
+
+
+def percentile(times: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``times``, nearest rank."""
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+def timed(fn: Callable[[], object], n: int) -> list[float]:
+    """Seconds of each of ``n`` calls of ``fn`` (after two untimed ones). The garbage
+    collector runs when it would: the sidecar's full collections land in its requests, so
+    the in-process builds keep theirs too, and the two tails compare like for like."""
+    for _ in range(2):
+        fn()
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def free_port() -> int:
+    """A port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_sidecar(policies: Path, port: int) -> subprocess.Popen[bytes]:
+    """``kilo-rules serve`` on 127.0.0.1:``port``, ready to answer."""
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "kilo_rules", "serve", "--dir", str(policies)),
+            *("--port", str(port), "--log-level", "warning"),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the sidecar exited with {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the sidecar did not get ready")
+
+
+def main(argv: list[str]) -> None:
+    """Print the latencies and their ratios."""
+    builds = 100
+    args = []
+    it = iter(argv)
+    for a in it:
+        if a == "--builds":
+            builds = int(next(it))
+        elif not a.startswith("--"):
+            args.append(a)
+    path = Path(args[0]) if args else (LARGEST if LARGEST.exists() else FALLBACK)
+    full = without_recorded_compactions(read_session(path))
+    last_assistant = max(i for i, m in enumerate(full.messages) if m.role == "assistant")
+    step = full.model_copy(update={"messages": full.messages[:last_assistant]})
+    body = json.dumps(
+        {"session": json.loads(step.model_dump_json(exclude_none=True)), "model": MODEL}
+    ).encode()
+    print(
+        f"session: {path.name}: {len(step.messages)} messages, body {len(body) / 1e6:.2f} MB, "
+        f"{builds} builds each way"
+    )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        policies = Path(tmp) / "policies"
+        policies.mkdir()
+        (policies / "routes.yaml").write_text(ROUTES, encoding="utf-8")
+
+        # In process: the same store, a warm plan, the step the sidecar builds (its own
+        # working directory as the workspace, as when a request names none).
+        with PolicyStore.from_directory(policies) as store:
+            plan = store.plan_for(model_from_data(MODEL))
+            here = StepInput(workspace=Workspace(cwd=str(Path.cwd().resolve())))
+
+            def in_process() -> object:
+                data = json.loads(body)
+                return apply_plan(plan, session_from_data(data["session"]), here)
+
+            local = timed(in_process, builds)
+            expected = apply_plan(plan, session_from_data(json.loads(body)["session"]), here)
+
+        port = free_port()
+        proc = start_sidecar(policies, port)
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+                headers = {"content-type": "application/json"}
+
+                server: list[float] = []
+
+                def through_sidecar() -> object:
+                    r = http.post("/v1/build", content=body, headers=headers)
+                    r.raise_for_status()
+                    server.append(float(r.headers["server-timing"].partition("dur=")[2]) / 1e3)
+                    return r.content
+
+                answer_bytes = through_sidecar()
+                assert isinstance(answer_bytes, bytes)
+                answer = json.loads(answer_bytes)
+                assert answer["request"] == json.loads(json.dumps(expected.request)), (
+                    "the sidecar built another request"
+                )
+                remote = timed(through_sidecar, builds)
+                server = server[-builds:]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+    def ms(t: float) -> str:
+        return f"{t * 1e3:8.1f} ms"
+
+    print(f"{'':<34} {'p50':>11} {'p99':>11} {'mean':>11}")
+    for label, times in (
+        ("in process: loads+validate+apply", local),
+        ("through the sidecar", remote),
+        ("  of which in the sidecar", server),
+    ):
+        print(
+            f"{label:<34} {ms(percentile(times, 0.5))} {ms(percentile(times, 0.99))} "
+            f"{ms(statistics.fmean(times))}"
+        )
+    for q in (0.5, 0.99):
+        ratio = percentile(remote, q) / percentile(local, q)
+        inside = percentile(server, q) / percentile(local, q)
+        print(
+            f"sidecar / in process, p{round(q * 100)}: {ratio:5.2f}x "
+            f"(the sidecar's own part: {inside:5.2f}x)"
+        )
+    overhead = percentile(remote, 0.5) - percentile(local, 0.5)
+    print(
+        f"sidecar cost at p50: {overhead * 1e3:.1f} ms for {len(body) / 1e6:.2f} MB up and "
+        f"{len(answer_bytes) / 1e6:.2f} MB down; cpus: {os.cpu_count()}"
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,82 @@
+"""The sidecar's Prometheus metrics, in a registry of its own.
+
+Each app gets its own :class:`~prometheus_client.CollectorRegistry`, so that two apps in
+one process (tests, a host embedding the sidecar) never share or double-register
+counters, and ``/metrics`` shows this app's numbers only.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    generate_latest,
+)
+
+#: Build latency buckets, in seconds: a warm build of a small session takes about a
+#: millisecond, a cold one on a long session a few hundred.
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    """The counters, histogram and info of one app."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.builds = Counter(
+            "kilo_rules_builds",
+            "Builds answered, by HTTP status and wire provider (none when no request was built).",
+            ("status", "provider"),
+            registry=self.registry,
+        )
+        self.build_seconds = Histogram(
+            "kilo_rules_build_seconds",
+            "Time to answer a build, from the body read to the response encoded.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.swaps = Counter(
+            "kilo_rules_revision_swaps",
+            "Policy revisions swapped in after the first.",
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "kilo_rules_revisions_rejected",
+            "Policy revisions refused (invalid); the revision served stayed.",
+            registry=self.registry,
+        )
+        self.revision = Info(
+            "kilo_rules_revision", "The policy revision served.", registry=self.registry
+        )
+
+    def build(self, status: int, provider: str | None, seconds: float) -> None:
+        """Count one build answered with ``status``."""
+        self.builds.labels(status=str(status), provider=provider or "none").inc()
+        self.build_seconds.observe(seconds)
+
+    def serving(self, revision: str | None) -> None:
+        """Show ``revision`` as the one served (empty when none is loaded)."""
+        self.revision.info({"revision": revision or ""})
+
+    def render(self) -> bytes:
+        """The exposition text of every metric."""
+        return generate_latest(self.registry)

@@ -1,0 +1,147 @@
+"""A real sidecar for the tests: uvicorn on 127.0.0.1 in a thread, over a PolicyStore of a
+temporary policy directory.
+
+Each test module starts with ``pytest.importorskip`` of the serve extra, so the directory
+is skipped cleanly where it is not installed; this file imports it only inside fixtures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAJECTORIES = ROOT.parent / "shared/data/trajectories"
+RECORDED = TRAJECTORIES / "claude-code-sonnet45-subagent-a2898e3.jsonl"
+MODEL = "anthropic/claude-sonnet-4-5"
+
+ROUTES = "version: 1\nroutes: []\ndefault: ./main.yaml\n"
+
+
+def policy_text(marker: str, tail_turns: int = 2) -> str:
+    """A policy that extends kilo-default with a system layer whose text is ``marker``, so
+    that the revision a request was built under shows in the request itself."""
+    return (
+        "version: 1\n"
+        "name: main\n"
+        "extends: kilo-default\n"
+        "compaction:\n"
+        f"  tail_turns: {tail_turns}\n"
+        "system:\n"
+        "  layers:\n"
+        "    - id: marker\n"
+        "      source: text\n"
+        f"      text: {marker!r}\n"
+    )
+
+
+def write_policy(root: Path, marker: str, tail_turns: int = 2) -> None:
+    """Write a valid revision into ``root``."""
+    (root / "routes.yaml").write_text(ROUTES, encoding="utf-8")
+    (root / "main.yaml").write_text(policy_text(marker, tail_turns), encoding="utf-8")
+
+
+def small_session(text: str = "Fix the failing test in tests/test_x.py.") -> dict[str, Any]:
+    """A Session v1 document of one user message."""
+    return {
+        "version": 1,
+        "id": "ses_small",
+        "messages": [
+            {
+                "id": "msg_1",
+                "role": "user",
+                "created": 1_700_000_000_000,
+                "parts": [{"type": "text", "id": "prt_1", "text": text}],
+            }
+        ],
+    }
+
+
+@pytest.fixture
+def policy_dir(tmp_path: Path) -> Path:
+    """A policy directory holding routes.yaml and main.yaml (marker ``rev-A``)."""
+    root = tmp_path / "policies"
+    root.mkdir()
+    write_policy(root, "rev-A")
+    return root
+
+
+@dataclass
+class Live:
+    """A running sidecar: its base URL, the app and the store behind it."""
+
+    url: str
+    app: Any
+    store: Any
+    server: Any
+
+    def client(self, **kwargs: Any) -> Any:
+        """An httpx client of this server."""
+        import httpx
+
+        return httpx.Client(base_url=self.url, timeout=kwargs.pop("timeout", 60.0), **kwargs)
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[tuple[str, Any]]:
+    """Run ``app`` under uvicorn on 127.0.0.1 (a free port) in a thread until the block
+    ends; yields the base URL and the server."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="off", ws="none", http="h11", access_log=False
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the sidecar did not start")
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+@pytest.fixture
+def live_factory(tmp_path: Path) -> Iterator[Any]:
+    """Start sidecars over stores: ``live_factory(store, **create_app_options)``. Each is
+    shut down, and its store closed, at teardown."""
+    from kilo_rules.serve import create_app
+
+    stack = contextlib.ExitStack()
+
+    def start(store: Any, **options: Any) -> Live:
+        app = create_app(store, **options)
+        stack.callback(store.close)
+        url, server = stack.enter_context(serving(app))
+        return Live(url, app, store, server)
+
+    with stack:
+        yield start
+
+
+@pytest.fixture
+def live(policy_dir: Path, live_factory: Any, tmp_path: Path) -> Live:
+    """A sidecar over ``policy_dir``, writing a decision log to ``tmp_path/decisions.jsonl``."""
+    from kilo_rules.store import PolicyStore
+
+    store = PolicyStore.from_directory(policy_dir)
+    result: Live = live_factory(store, decision_log=tmp_path / "decisions.jsonl")
+    return result

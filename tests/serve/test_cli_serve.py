@@ -1,0 +1,163 @@
+"""``kilo-rules serve`` as an operator runs it: a process, a port, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("prometheus_client")
+
+import httpx
+
+from .conftest import MODEL, ROOT, small_session
+
+BLOCKED = """
+import sys
+for name in ("fastapi", "uvicorn", "prometheus_client", "starlette"):
+    sys.modules[name] = None  # as if the serve extra were not installed
+from kilo_rules.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_the_serve_extra_serve_exits_2_naming_the_install(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED, "serve", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'kilo-rules[serve]'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_core_package_does_not_import_the_serve_extra() -> None:
+    code = (
+        "import sys, kilo_rules, kilo_rules.cli, kilo_rules.store\n"
+        "from kilo_rules.cli import build_parser\n"
+        "build_parser()\n"
+        "print(sorted(m for m in ('fastapi', 'uvicorn', 'prometheus_client', 'starlette') "
+        "if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_openapi_option_prints_the_committed_document() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kilo_rules", "serve", "--openapi"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    committed = (ROOT / "schemas/openapi.json").read_text(encoding="utf-8")
+    assert done.stdout == committed
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_serve_answers_then_shuts_down_cleanly_on_sigterm(policy_dir: Path, tmp_path: Path) -> None:
+    port = free_port()
+    work = tmp_path / "work"
+    log = tmp_path / "decisions.jsonl"
+    env = {**os.environ, "TMPDIR": str(tmp_path), "KILO_RULES_STORE_WORK_DIR": str(work)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kilo_rules",
+            "serve",
+            "--dir",
+            str(policy_dir),
+            "--port",
+            str(port),
+            "--decision-log",
+            str(log),
+            "--watch",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the sidecar did not get ready"
+            time.sleep(0.1)
+        r = httpx.post(f"{url}/v1/build", json={"session": small_session(), "model": MODEL})
+        assert r.status_code == 200
+        assert list(work.iterdir()), "the store keeps its revisions under its work dir"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert [json.loads(line)["status"] for line in log.read_text().splitlines()] == [200]
+    # The store was closed: its revision directories are gone.
+    assert not any(p.name.startswith("kilo-rules-store-") for p in work.iterdir())
+
+
+def test_serve_without_a_source_is_a_usage_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILO_RULES_STORE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "kilo_rules", "serve", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "give --dir, --bundle or --url" in done.stderr
+
+
+def test_a_signed_bundle_is_served_only_with_its_key(policy_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    from kilo_rules.bundle import build_bundle, generate_keypair, sign_bundle
+    from kilo_rules.cli import build_parser
+    from kilo_rules.cli.serve import open_store
+
+    bundle = tmp_path / "policies.tar.gz"
+    manifest = build_bundle(policy_dir, bundle)
+    private, public = generate_keypair()
+    sign_bundle(bundle, private)
+    good, other = tmp_path / "good.pub", tmp_path / "other.pub"
+    good.write_bytes(public)
+    other.write_bytes(generate_keypair()[1])
+    argv = ["serve", "--bundle", str(bundle), "--cache-dir", str(tmp_path / "cache")]
+    with open_store(build_parser().parse_args([*argv, "--public-key", str(good)])) as store:
+        assert store.revision == manifest.revision
+    with open_store(build_parser().parse_args([*argv, "--public-key", str(other)])) as store:
+        assert store.revision == ""  # refused: the sidecar answers 503 until a good one
+        assert "signature" in (store.stats().last_error or "")
+    with pytest.raises(ValueError, match="--watch goes with a policy directory"):
+        open_store(build_parser().parse_args([*argv, "--watch"]))
