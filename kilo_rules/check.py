@@ -64,7 +64,11 @@ def expand_paths(paths: Iterable[str]) -> tuple[list[Path], list[str]]:
             found = sorted(
                 x
                 for x in p.rglob("*")
-                if x.suffix in (".yaml", ".yml") and x.is_file() and ".pre-commit" not in x.name
+                if x.suffix in (".yaml", ".yml")
+                and x.is_file()
+                and ".pre-commit" not in x.name
+                # policy test files (kilo-rules test) live beside the policies they test
+                and not x.name.endswith(".test.yaml")
             )
             if not found:
                 problems.append(f"{raw}: directory holds no .yaml or .yml file")
@@ -307,7 +311,7 @@ def check_paths(paths: Iterable[str], *, models: Sequence[ModelInfo] = ()) -> Ch
     for path in files:
         report.files.append(str(path))
         try:
-            doc = load_yaml_file(path)
+            doc = _load(path)
         except KiloRulesError as exc:
             if any(d.code == "io.read" for d in exc.diagnostics):
                 report.usage_errors.append(str(exc.diagnostic))
@@ -333,6 +337,19 @@ def check_paths(paths: Iterable[str], *, models: Sequence[ModelInfo] = ()) -> Ch
     unique = {(d.code, d.message, str(d.location)): d for d in report.diagnostics}
     report.diagnostics = sorted(unique.values(), key=Diagnostic.sort_key)
     return report
+
+
+def _load(path: Path) -> Document:
+    """The document of ``path``. A policy is parsed as ``resolve_policy`` names it (from
+    the working directory), so that resolving it next reuses the parse instead of reading
+    the file twice; problems and other kinds of file are reported under the name given."""
+    from .resolve import load_policy_document
+
+    try:
+        doc = load_policy_document(path if path.is_absolute() else Path.cwd() / path)
+    except KiloRulesError:
+        return load_yaml_file(path)
+    return doc if _kind(doc) == "policy" else load_yaml_file(path)
 
 
 def _model_diagnostics(path: Path, models: Sequence[ModelInfo]) -> list[Diagnostic]:

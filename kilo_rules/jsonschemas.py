@@ -96,6 +96,7 @@ def _generate(model: type[BaseModel], name: str, title: str) -> dict[str, Any]:
 def _models() -> dict[str, tuple[type[BaseModel], str]]:
     from .catalog import Catalog
     from .policy import Policy
+    from .policytest_format import PolicyTestFile
     from .routes import RoutesFile
     from .session import Session
 
@@ -104,6 +105,7 @@ def _models() -> dict[str, tuple[type[BaseModel], str]]:
         "session.v1.json": (Session, "kilo-rules session v1"),
         "catalog.v1.json": (Catalog, "kilo-rules model catalog v1"),
         "routes.v1.json": (RoutesFile, "kilo-rules routes v1"),
+        "policytest.v1.json": (PolicyTestFile, "kilo-rules policy tests v1"),
     }
 
 

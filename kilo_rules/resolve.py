@@ -19,7 +19,15 @@ from typing import Any
 
 from . import sandbox
 from .errors import Diagnostic, Location, PolicyError
-from .load import DEFAULT_LIMITS, Limits, load_yaml_file, resource_root
+from .load import (
+    DEFAULT_LIMITS,
+    Limits,
+    load_yaml_file,
+    parse_yaml,
+    read_text_limited,
+    resource_root,
+)
+from .lru import LRUCache
 from .source import Document, JsonPath, nearest
 from .validate import schema_diagnostics
 
@@ -42,6 +50,52 @@ def bundled_root() -> Path:
 def bundled_policy_path(name: str) -> Path:
     """Filesystem path of a bundled policy."""
     return Path(str(resource_root() / f"{name}.yaml"))
+
+
+#: Parsed policy files with their schema diagnostics, by file name and content. ``check``
+#: resolves every policy of a directory, and each of them reads its bases again: the
+#: bundled base was parsed and validated once per policy. The file name is part of the key
+#: because every location in a document names its file; files past the size bound are not
+#: kept, so the cache stays small however large the policies are.
+_DOCUMENTS: LRUCache[tuple[str, str, Limits], tuple[Document, tuple[Diagnostic, ...] | None]] = (
+    LRUCache(256)
+)
+_CACHED_TEXT_MAX = 256 * 1024
+
+#: Locations of characters inside scalars, by document content, path and offset.
+_SCALAR_LOCATIONS: LRUCache[tuple[str, str, JsonPath, int], Location] = LRUCache(16384)
+
+
+def load_policy_document(path: Path, limits: Limits = DEFAULT_LIMITS) -> Document:
+    """``load_yaml_file(path, limits)``, parsed once per file name and content.
+
+    The document is shared with every caller that reads the same file and content: it is
+    read only, as every document of a resolved policy's chain is."""
+    return _checked_document(path, limits, schema=False)[0]
+
+
+def _checked_document(
+    path: Path, limits: Limits, *, schema: bool = True
+) -> tuple[Document, tuple[Diagnostic, ...]]:
+    """The document of ``path`` and, with ``schema``, its policy-schema diagnostics (each
+    computed once per file name and content)."""
+    try:
+        text = read_text_limited(path, limits)
+    except OSError:
+        return load_yaml_file(path, limits), ()  # raises the located io.read error
+    key = (str(path), text, limits)
+    doc, errors = _DOCUMENTS.get(key) or (parse_yaml(text, str(path), limits), None)
+    if errors is None and schema:
+        errors = _schema_errors(doc)
+    if len(text) <= _CACHED_TEXT_MAX:
+        _DOCUMENTS.put(key, (doc, errors))
+    return doc, errors or ()
+
+
+def _schema_errors(doc: Document) -> tuple[Diagnostic, ...]:
+    if not isinstance(doc.data, dict):
+        return ()
+    return tuple(schema_diagnostics(doc, "policy.v1.json"))
 
 
 def _is_path(ref: str) -> bool:
@@ -79,7 +133,10 @@ class ResolvedPolicy:
         if hit is None:
             return self.locate(path)
         doc, dpath = hit
-        return doc.locate_in_scalar(dpath, offset)
+        # A base's expressions are located again for every policy extending it; the answer
+        # depends only on the document's content, so it is shared.
+        key = (doc.file, doc.text, dpath, offset)
+        return _SCALAR_LOCATIONS.get_or(key, lambda: doc.locate_in_scalar(dpath, offset))
 
     def declared_in(self, path: JsonPath) -> Path:
         """Directory of the file that set ``path`` (relative file references start there)."""
@@ -243,7 +300,7 @@ def _documents(
                 Location(str(path), 1, 1),
             )
         )
-    doc = load_yaml_file(path, limits)
+    doc, found = _checked_document(path, limits)
     if not isinstance(doc.data, dict):
         raise PolicyError(
             Diagnostic(
@@ -252,7 +309,7 @@ def _documents(
                 doc.locate(()),
             )
         )
-    errors = schema_diagnostics(doc, "policy.v1.json")
+    errors = list(found)
     base = doc.data.get("extends")
     if isinstance(base, str):
         try:

@@ -23,7 +23,21 @@ from collections.abc import Sequence
 from .. import __version__
 from ..net import NetworkSettings, use_network
 from ..sandbox import allow_read
-from . import build, bundle, check, demo, import_, models, plan, schema, serve, simulate
+from . import (
+    build,
+    bundle,
+    check,
+    demo,
+    diff,
+    import_,
+    models,
+    plan,
+    schema,
+    serve,
+    simulate,
+    test,
+    verify,
+)
 from ._options import read_roots
 from ._runner import (
     EPILOG,
@@ -46,7 +60,21 @@ __all__ = [
 ]
 
 #: The commands in the order ``--help`` lists them.
-COMMANDS = (check, schema, models, plan, build, demo, import_, simulate, bundle, serve)
+COMMANDS = (
+    check,
+    test,
+    schema,
+    models,
+    plan,
+    diff,
+    build,
+    demo,
+    import_,
+    simulate,
+    verify,
+    bundle,
+    serve,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

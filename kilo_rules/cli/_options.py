@@ -40,8 +40,18 @@ def add_command(
     )
 
 
+#: The ``--format`` choices beyond text and json of a command that reports diagnostics
+#: (``kilo_rules.report.render`` writes each).
+DIAGNOSTIC_FORMATS = ("github", "sarif", "junit")
+
+#: What :data:`DIAGNOSTIC_FORMATS` give, for the end of ``--format``'s help.
+DIAGNOSTIC_FORMATS_HELP = (
+    "; github: workflow annotations; sarif: SARIF 2.1.0 for code scanning; junit: JUnit XML"
+)
+
+
 def add_format(parser: argparse.ArgumentParser, *extra: str, what: str = "") -> None:
-    """``--format text|json`` (plus ``extra`` choices such as ``github``)."""
+    """``--format text|json`` (plus ``extra`` choices such as :data:`DIAGNOSTIC_FORMATS`)."""
     parser.add_argument(
         "--format",
         choices=["text", "json", *extra],

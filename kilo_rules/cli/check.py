@@ -8,8 +8,17 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from ..check import check_paths
-from ..errors import Diagnostic, Location, render_github, render_json, render_text
-from ._options import Subcommands, add_allow_read, add_command, add_format, model
+from ..errors import Diagnostic, Location
+from ..report import render
+from ._options import (
+    DIAGNOSTIC_FORMATS,
+    DIAGNOSTIC_FORMATS_HELP,
+    Subcommands,
+    add_allow_read,
+    add_command,
+    add_format,
+    model,
+)
 from ._runner import relative
 
 
@@ -23,7 +32,7 @@ def register(sub: Subcommands) -> None:
         "chains, semantic checks and every expression. All problems are reported.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs")
-    add_format(p, "github", what="; github: workflow annotations")
+    add_format(p, *DIAGNOSTIC_FORMATS, what=DIAGNOSTIC_FORMATS_HELP)
     p.add_argument(
         "--model",
         action="append",
@@ -37,19 +46,25 @@ def register(sub: Subcommands) -> None:
 
 
 def print_diagnostics(
-    diags: Sequence[Diagnostic], fmt: str, sources: Mapping[str, str], out: TextIO
+    diags: Sequence[Diagnostic],
+    fmt: str,
+    sources: Mapping[str, str],
+    out: TextIO,
+    *,
+    files: Sequence[str] = (),
 ) -> None:
-    """``diags`` in ``fmt`` (text with source lines and carets, json, github), their files
-    shown relative to the working directory."""
+    """``diags`` in ``fmt`` (text with source lines and carets, json, github, sarif, junit:
+    see ``kilo_rules.report``), their files shown relative to the working directory.
+    ``files`` are the files looked at, each a JUnit case. Text and github print nothing
+    when there is nothing to report; the other formats always print a document."""
     shown = relative(diags)
-    if fmt == "json":
-        print(render_json(shown), file=out)
-    elif fmt == "github":
-        if shown:
-            print(render_github(shown), file=out)
-    elif shown:
+    rel_sources: dict[str, str] = {}
+    if fmt == "text":
         rel_sources = {Location(f, 1, 1).relative().file: t for f, t in sources.items()}
-        print(render_text(shown, rel_sources), file=out)
+    rel_files = [Location(f, 1, 1).relative().file for f in files]
+    text = render(shown, fmt, sources=rel_sources, files=rel_files, suite="kilo-rules check")
+    if text or fmt not in ("text", "github"):
+        print(text, file=out)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     report = check_paths(args.paths, models=[model(m) for m in args.model])
     for problem in report.usage_errors:
         print(f"kilo-rules check: {problem}", file=sys.stderr)
-    print_diagnostics(report.diagnostics, args.format, report.sources, sys.stdout)
+    print_diagnostics(
+        report.diagnostics, args.format, report.sources, sys.stdout, files=report.files
+    )
     if args.format == "text":
         n_err = len(report.errors)
         n_warn = len(report.diagnostics) - n_err

@@ -19,6 +19,7 @@ from typing import Any
 from lark import Lark, Token, Transformer, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..errors import Diagnostic, ExprError, Location
+from ..lru import LRUCache
 from .nodes import (
     LIMITS,
     Binary,
@@ -327,6 +328,13 @@ def _node_parser() -> Lark:
     )
 
 
+#: Syntax trees by expression text. Trees are immutable and hold offsets, not locations,
+#: so one tree serves every file that writes the same text: a policy extending
+#: kilo-default repeats the base's expressions, and ``check`` of a directory parsed them
+#: once per policy.
+_TREES: LRUCache[str, Node] = LRUCache(4096)
+
+
 @cache
 def tree_parser() -> Lark:
     """A parser that returns lark's own tree (used by the reference interpreter)."""
@@ -483,7 +491,7 @@ def parse(text: str, *, locate: Locate | None = None) -> Expr:
     if problem is not None:
         raise fail(problem)
     try:
-        root = _node_parser().parse(text)
+        root = _TREES.get(text) or _node_parser().parse(text)
     except _SyntaxProblem as exc:
         raise fail(exc) from None
     except UnexpectedInput as exc:
@@ -492,4 +500,5 @@ def parse(text: str, *, locate: Locate | None = None) -> Expr:
             _syntax_problem(text, exc, open_brackets), {"expected": expected} if expected else None
         ) from None
     assert isinstance(root, Node)
+    _TREES.put(text, root)
     return Expr(text, root, where)

@@ -157,8 +157,23 @@ def test_spec_10_2_auto_rule_marks_last_tool_last_system_latest_user(tmp_path) -
     assert count_markers(body, "anthropic") == 3
 
 
-def test_auto_rule_with_rolling_tail_and_split_ttls() -> None:
-    body = apply_plan(compile_policy("cache-max", model()), _conversation(), StepInput()).request
+SPLIT_TTLS = """\
+version: 1
+name: split-ttls
+extends: kilo-default
+cache:
+  rule: auto
+  breakpoints: {last_tool: true, last_system: true, latest_user_message: false, rolling: 2}
+  budget: 4
+  ttl: 1h
+  message_ttl: 5m
+"""
+
+
+def test_auto_rule_with_rolling_tail_and_split_ttls(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "split-ttls.yaml"
+    p.write_text(SPLIT_TTLS)
+    body = apply_plan(compile_policy(p, model()), _conversation(), StepInput()).request
     assert body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     marks = [
@@ -172,6 +187,21 @@ def test_auto_rule_with_rolling_tail_and_split_ttls() -> None:
         body["messages"][-2]
     )
     assert count_markers(body, "anthropic") == 4
+
+
+def test_cache_max_marks_the_conversation_for_an_hour() -> None:
+    # Tools and system alone are below every Claude cache minimum (docs/verify.md).
+    body = apply_plan(compile_policy("cache-max", model()), _conversation(), StepInput()).request
+    assert "cache_control" not in body["tools"][-1]
+    assert "cache_control" not in body["system"][-1]
+    marks = [
+        b["cache_control"]
+        for m in body["messages"]
+        for b in m["content"]
+        if isinstance(b, dict) and "cache_control" in b
+    ]
+    assert marks and all(m == {"type": "ephemeral", "ttl": "1h"} for m in marks)
+    assert count_markers(body, "anthropic") <= 3
 
 
 def test_one_hour_message_marks_need_a_one_hour_ttl(tmp_path) -> None:  # type: ignore[no-untyped-def]
