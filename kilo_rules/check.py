@@ -304,6 +304,13 @@ def check_paths(paths: Iterable[str], *, models: Sequence[ModelInfo] = ()) -> Ch
     """Check every file named by ``paths``; a policy that checks clean is also compiled
     for each of ``models``, adding what compile finds doubtful for that model (a window
     with no room left, a tail larger than the usable window, ...)."""
+    from .checks import file_checks_once
+
+    with file_checks_once():
+        return _check_paths(paths, models)
+
+
+def _check_paths(paths: Iterable[str], models: Sequence[ModelInfo]) -> CheckReport:
     report = CheckReport()
     files, problems = expand_paths(paths)
     report.usage_errors.extend(problems)

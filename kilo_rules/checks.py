@@ -7,6 +7,8 @@ They run after schema validation, so they may assume well-typed values.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -76,11 +78,36 @@ def read_file(policy: ResolvedPolicy, path: JsonPath, value: str, what: str) -> 
 @check("files")
 def _missing_files(policy: ResolvedPolicy) -> Iterator[Diagnostic]:
     """Every named file is inside the allowed roots, exists, is regular and within the cap."""
+    memo = _FILE_MEMO.get()
     for path, value in referenced_files(policy):
         ref, roots = policy.file_ref(path, value), policy.file_roots(path)
-        _, problem = sandbox.file_problem(ref, roots, max_bytes=MAX_FILE_BYTES)
+        key = (ref.value, str(ref.at), str(ref.base), *map(str, roots))
+        if memo is not None and key in memo:
+            problem = memo[key]
+        else:
+            _, problem = sandbox.file_problem(ref, roots, max_bytes=MAX_FILE_BYTES)
+            if memo is not None:
+                memo[key] = problem
         if problem is not None:
             yield problem
+
+
+#: The file checks of one run over many policies (see :func:`file_checks_once`).
+_FILE_MEMO: ContextVar[dict[tuple[str, ...], Diagnostic | None] | None] = ContextVar(
+    "kilo_rules_file_memo", default=None
+)
+
+
+@contextmanager
+def file_checks_once() -> Iterator[None]:
+    """Within the block, each file a policy names is looked at once: a hundred policies
+    that extend one base share the base's prompt files. The filesystem is taken as it was
+    at the first look for the rest of the block, so the block is one run of ``check``."""
+    token = _FILE_MEMO.set({})
+    try:
+        yield
+    finally:
+        _FILE_MEMO.reset(token)
 
 
 @check("instruction-paths")
