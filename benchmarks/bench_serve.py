@@ -31,6 +31,9 @@ from pathlib import Path
 
 import httpx
 
+# The same session and model as the runtime benchmark, so the two read side by side.
+from bench_runtime import FALLBACK, LARGEST, MODEL
+
 from kilo_rules.catalog import model_from_data
 from kilo_rules.importers import read_session
 from kilo_rules.runtime.apply import apply_plan
@@ -39,18 +42,6 @@ from kilo_rules.session import session_from_data
 from kilo_rules.simulate import without_recorded_compactions
 from kilo_rules.store import PolicyStore
 
-ROOT = Path(__file__).resolve().parent.parent
-LARGEST = ROOT.parent / "shared/data/trajectories/claude-code-opus46-spotter-8463c716.jsonl"
-FALLBACK = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"
-MODEL = {
-    "id": "bench/claude",
-    "provider": "anthropic",
-    "family": "claude",
-    "api_id": "claude-bench",
-    "api": "anthropic",
-    "limits": {"context": 1_000_000, "output": 64_000},  # no compaction: measure the build
-    "cache": {"kind": "explicit", "max_breakpoints": 4, "min_cacheable_tokens": 1024},
-}
 ROUTES = "version: 1\nroutes: []\ndefault: kilo-default\n"
 
 

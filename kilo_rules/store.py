@@ -44,6 +44,7 @@ import stat
 import tempfile
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -404,17 +405,17 @@ class _Staged:
     note: str = ""
 
 
-class _Source:
+class _Source(ABC):
     kind: SourceKind
     label: str
 
+    @abstractmethod
     def stage(self, dest: Path, current: str | None) -> _Staged:
         """Put the source's files under ``dest`` (which does not exist yet), unless they are
         known to be those of ``current``. Raises _UnavailableError, or KiloRulesError for files
         that are refused."""
-        raise NotImplementedError
 
-    def settle(self, accepted: bool, revision: str | None) -> None:
+    def settle(self, accepted: bool, revision: str | None) -> None:  # noqa: B027 - an optional hook
         """Told whether what the last :meth:`stage` put in place was accepted."""
 
     def fallback(self, dest: Path, why: str) -> _Staged | None:
