@@ -11,57 +11,133 @@ Compile a YAML policy for a model, then apply the plan to a session at every ste
 
 from __future__ import annotations
 
-from .bundle import build_bundle, verify_bundle
-from .catalog import Catalog, ModelInfo, bundled_catalog, model_from_data
-from .check import CheckReport, check_paths
-from .compile import compile_policy
-from .errors import (
-    BundleError,
-    CatalogError,
-    ContextOverflowError,
-    Diagnostic,
-    EvalError,
-    ExprError,
-    ImportFormatError,
-    KiloRulesError,
-    Location,
-    NetworkError,
-    PolicyError,
-    SessionError,
-    StoreError,
-)
-from .importers import detect_format, import_file, read_session
-from .net import NetworkSettings, use_network
-from .plan import Plan
-from .plugins import (
-    SystemTransformContext,
-    register_system_transform,
-    unregister_system_transform,
-)
-from .policy import PolicyBody
-from .providers.acceptance import BodyContext, Violation, check_body
-from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
-from .routes import Routes, load_routes
-from .runtime.apply import Decision, TurnResult, apply_plan
-from .runtime.compaction import CompactionResult, compact
-from .runtime.context import Agent, Skill, StepInput, Workspace
-from .runtime.facade import Runtime, StepResult
-from .runtime.mutations import MutationError, apply_mutations
-from .runtime.prune import PruneResult, prune_session
-from .sandbox import allow_read
-from .session import (
-    Message,
-    Session,
-    dump_session,
-    load_session,
-    session_from_data,
-    session_from_json,
-)
-from .simulate import SimulationReport, simulate
-from .store import PolicyStore, ReloadResult, StoreSettings
-from .summarize import Summarizer, SummarizerError, SummaryRequest
-from .summarizers import ExtractiveSummarizer, HttpSummarizer
-from .truncate import cleanup_spill_dir, truncate_output
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .bundle import build_bundle, verify_bundle
+    from .catalog import Catalog, ModelInfo, bundled_catalog, model_from_data
+    from .check import CheckReport, check_paths
+    from .compile import compile_policy
+    from .errors import (
+        BundleError,
+        CatalogError,
+        ContextOverflowError,
+        Diagnostic,
+        EvalError,
+        ExprError,
+        ImportFormatError,
+        KiloRulesError,
+        Location,
+        NetworkError,
+        PolicyError,
+        SessionError,
+        StoreError,
+    )
+    from .importers import detect_format, import_file, read_session
+    from .net import NetworkSettings, use_network
+    from .plan import Plan
+    from .plugins import (
+        SystemTransformContext,
+        register_system_transform,
+        unregister_system_transform,
+    )
+    from .policy import PolicyBody
+    from .providers.acceptance import BodyContext, Violation, check_body
+    from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
+    from .routes import Routes, load_routes
+    from .runtime.apply import Decision, TurnResult, apply_plan
+    from .runtime.compaction import CompactionResult, compact
+    from .runtime.context import Agent, Skill, StepInput, Workspace
+    from .runtime.facade import Runtime, StepResult
+    from .runtime.mutations import MutationError, apply_mutations
+    from .runtime.prune import PruneResult, prune_session
+    from .sandbox import allow_read
+    from .session import (
+        Message,
+        Session,
+        dump_session,
+        load_session,
+        session_from_data,
+        session_from_json,
+    )
+    from .simulate import SimulationReport, simulate
+    from .store import PolicyStore, ReloadResult, StoreSettings
+    from .summarize import Summarizer, SummarizerError, SummaryRequest
+    from .summarizers import ExtractiveSummarizer, HttpSummarizer
+    from .truncate import cleanup_spill_dir, truncate_output
+
+#: Where each public name lives. The package imports a module only when one of its names
+#: is first used, so that ``kilo-rules check`` does not pay for the runtime, the sidecar
+#: and the HTTP client it never touches. (The block above tells type checkers the same.)
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    ".bundle": ("build_bundle", "verify_bundle"),
+    ".catalog": ("Catalog", "ModelInfo", "bundled_catalog", "model_from_data"),
+    ".check": ("CheckReport", "check_paths"),
+    ".compile": ("compile_policy",),
+    ".errors": (
+        "BundleError",
+        "CatalogError",
+        "ContextOverflowError",
+        "Diagnostic",
+        "EvalError",
+        "ExprError",
+        "ImportFormatError",
+        "KiloRulesError",
+        "Location",
+        "NetworkError",
+        "PolicyError",
+        "SessionError",
+        "StoreError",
+    ),
+    ".importers": ("detect_format", "import_file", "read_session"),
+    ".net": ("NetworkSettings", "use_network"),
+    ".plan": ("Plan",),
+    ".plugins": (
+        "SystemTransformContext",
+        "register_system_transform",
+        "unregister_system_transform",
+    ),
+    ".policy": ("PolicyBody",),
+    ".providers.acceptance": ("BodyContext", "Violation", "check_body"),
+    ".resolve": ("ResolvedPolicy", "bundled_policy_names", "resolve_policy"),
+    ".routes": ("Routes", "load_routes"),
+    ".runtime.apply": ("Decision", "TurnResult", "apply_plan"),
+    ".runtime.compaction": ("CompactionResult", "compact"),
+    ".runtime.context": ("Agent", "Skill", "StepInput", "Workspace"),
+    ".runtime.facade": ("Runtime", "StepResult"),
+    ".runtime.mutations": ("MutationError", "apply_mutations"),
+    ".runtime.prune": ("PruneResult", "prune_session"),
+    ".sandbox": ("allow_read",),
+    ".session": (
+        "Message",
+        "Session",
+        "dump_session",
+        "load_session",
+        "session_from_data",
+        "session_from_json",
+    ),
+    ".simulate": ("SimulationReport", "simulate"),
+    ".store": ("PolicyStore", "ReloadResult", "StoreSettings"),
+    ".summarize": ("Summarizer", "SummarizerError", "SummaryRequest"),
+    ".summarizers": ("ExtractiveSummarizer", "HttpSummarizer"),
+    ".truncate": ("cleanup_spill_dir", "truncate_output"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})
 
 
 def _version() -> str:

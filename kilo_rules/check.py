@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .catalog import ModelInfo
-from .compile import compile_policy
 from .errors import Diagnostic, KiloRulesError, Location
 from .load import Document, JsonPath, load_yaml_file, lookup
 
@@ -360,6 +359,8 @@ def _load(path: Path) -> Document:
 
 
 def _model_diagnostics(path: Path, models: Sequence[ModelInfo]) -> list[Diagnostic]:
+    from .compile import compile_policy  # only when models are given: it is heavy
+
     out: list[Diagnostic] = []
     for model in models:
         try:

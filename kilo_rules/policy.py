@@ -61,7 +61,7 @@ Condition = Annotated[str | bool, ExprOf("bool"), Field(json_schema_extra=_expr_
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 # --------------------------------------------------------------------------------- tokens
@@ -702,7 +702,7 @@ def expression_fields(data: Any) -> list[tuple[JsonPath, str]]:
     """(path, type) of every string value of policy ``data`` that the model marks as an
     expression (:class:`ExprOf`), read from the fields' own type annotations."""
     out: dict[JsonPath, str] = {}
-    _walk(Policy, (), data, (), out)
+    _walk(Policy, None, data, (), out)
     return list(out.items())
 
 
@@ -755,11 +755,40 @@ def _child(tp: Any, step: str | int) -> tuple[Any, tuple[Any, ...]] | None:
     return None
 
 
-def _walk(
-    tp: Any, meta: Sequence[Any], value: Any, path: JsonPath, out: dict[JsonPath, str]
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What lies one step below an annotation, as :func:`_child` finds it, with each
+    child's expression kind: the policy model is fixed, so a walk looks it up once."""
+
+    fields: dict[str, tuple[Any, str | None]]
+    items: tuple[Any, str | None] | None
+    values: tuple[Any, str | None] | None
+
+
+_SHAPES: dict[Any, _Shape] = {}
+
+
+def _shape(tp: Any) -> _Shape:
+    shape = _SHAPES.get(tp)
+    if shape is not None:
+        return shape
+    fields: dict[str, tuple[Any, str | None]] = {}
+    items = values = None
+    for branch in _branches(tp):
+        if isinstance(branch, type) and issubclass(branch, BaseModel):
+            if values is None:  # a dict branch before it takes every name
+                for name, f in branch.model_fields.items():
+                    fields.setdefault(name, (f.annotation, _kind(f.annotation, f.metadata)))
+        elif get_origin(branch) in (list, tuple):
+            items = items or (get_args(branch)[0], _kind(get_args(branch)[0], ()))
+        elif get_origin(branch) is dict:
+            values = values or (get_args(branch)[1], _kind(get_args(branch)[1], ()))
+    shape = _SHAPES[tp] = _Shape(fields, items, values)
+    return shape
+
+
+def _walk(tp: Any, kind: str | None, value: Any, path: JsonPath, out: dict[JsonPath, str]) -> None:
     if isinstance(value, str):
-        kind = _kind(tp, meta)
         if kind is not None:
             out[path] = kind
         return
@@ -769,7 +798,8 @@ def _walk(
         items = enumerate(value)
     else:
         return
+    shape = _shape(tp)
     for key, item in items:
-        found = _child(tp, key)
+        found = shape.items if isinstance(key, int) else shape.fields.get(key, shape.values)
         if found is not None:
             _walk(found[0], found[1], item, (*path, key), out)

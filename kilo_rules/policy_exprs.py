@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from .errors import Diagnostic, ExprError, KiloRulesError, Location, did_you_mean
@@ -31,9 +32,11 @@ from .expr import (
 )
 from .expr.compile import compile_expr
 from .expr.types import type_of_value
+from .expr.vocabulary import name_nodes
 from .load import JsonPath, lookup
+from .lru import LRUCache
 from .policy import expression_fields, expression_kind
-from .resolve import ResolvedPolicy, policy_bodies
+from .resolve import ResolvedPolicy, locate_in_document, policy_bodies
 
 KIND_TYPES: dict[str, Type] = {
     "int": INT,
@@ -102,7 +105,50 @@ def policy_vocabulary(policy: ResolvedPolicy, kinds: dict[JsonPath, str]) -> Voc
                 merged = prev.kinds | t.kinds
                 types[name] = Type(frozenset(merged), prev.elem or t.elem)
     base = default_vocabulary()
-    return base.extended({k: v for k, v in types.items() if k not in base})
+    extra = tuple(sorted((k, v) for k, v in types.items() if k not in base))
+    return _VOCABULARIES.get_or(extra, lambda: base.extended(dict(extra)))
+
+
+#: Policies extending one base mostly define the same names with the same types.
+_VOCABULARIES: LRUCache[tuple[tuple[str, Type], ...], Vocabulary] = LRUCache(256)
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    """One expression as written in one document: its tree, the names it reads and its
+    literal warnings, none of which depends on the policy that inherits it."""
+
+    expr: Expr
+    names: tuple[str, ...]
+    warnings: tuple[Diagnostic, ...]
+
+
+#: (file, file text, path in the file, expression text): what a parse depends on.
+_SourceKey = tuple[str, str, JsonPath, str]
+#: A parse (or its errors) per source; a compilation per source, field kind and the types
+#: of the names read. A hundred policies extending one base parse and compile its
+#: expressions once.
+_PARSED: LRUCache[_SourceKey, _Parsed | ExprError] = LRUCache(4096)
+_COMPILED: LRUCache[tuple[_SourceKey, str, tuple[tuple[str, Type | None], ...]], CompiledExpr] = (
+    LRUCache(4096)
+)
+
+
+def _parse_once(key: _SourceKey | None, text: str, locate: Callable[[int], Location]) -> _Parsed:
+    """The parse of ``text`` (raises :class:`ExprError`), shared by source when ``key``."""
+
+    def make() -> _Parsed | ExprError:
+        try:
+            expr = parse(text, locate=locate)
+        except ExprError as exc:
+            return exc
+        names = tuple(n.name for n in name_nodes(expr))
+        return _Parsed(expr, names, tuple(literal_diagnostics(expr)))
+
+    got = make() if key is None else _PARSED.get_or(key, make)
+    if isinstance(got, ExprError):
+        raise ExprError(got.diagnostics)
+    return got
 
 
 def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
@@ -115,31 +161,50 @@ def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
     diags: list[Diagnostic] = []
     parsed: dict[JsonPath, Expr] = {}
     compiled: dict[JsonPath, CompiledExpr] = {}
+    warnings: list[Diagnostic] = []
     for path, kind in fields:
         text = lookup(policy.data, path)
+        origin = policy.origin.get(path)
+        key: _SourceKey | None = None
+        if origin is None:
+            locate = _scalar_locator(policy, path)
+        else:
+            doc, dpath = origin
+            key = (doc.file, doc.text, dpath, text)
+            locate = partial(locate_in_document, doc, dpath)
         try:
-            expr = parse(text, locate=_scalar_locator(policy, path))
+            got = _parse_once(key, text, locate)
         except ExprError as exc:
             diags.extend(exc.diagnostics)
             continue
-        result, problems = infer(expr, vocab, KIND_TYPES[kind])
-        if problems:
-            diags.extend(problems)
-            continue
+        expr = got.expr
+        types = tuple((name, vocab.get(name)) for name in got.names)
+        ckey = None if key is None else (key, kind, types)
+        hit = None if ckey is None else _COMPILED.get(ckey)
+        if hit is None:
+            result, problems = infer(expr, vocab, KIND_TYPES[kind])
+            if problems:
+                # Not cached: a problem's hint may name any word of the vocabulary.
+                diags.extend(problems)
+                continue
+            hit = compile_expr(expr, result_type=result)
+            if ckey is not None:
+                _COMPILED.put(ckey, hit)
         parsed[path] = expr
-        compiled[path] = compile_expr(expr, result_type=result)
+        compiled[path] = hit
+        warnings.extend(got.warnings)
         if path[0] == "overrides" and path[-1] == "when" and len(path) == 3:
-            for name, loc in _names(expr):
-                if not name.startswith(MODEL_ONLY_PREFIXES):
+            for node in name_nodes(expr):
+                if not node.name.startswith(MODEL_ONLY_PREFIXES):
                     diags.append(
                         Diagnostic(
                             "expr.override-scope",
-                            f"an override condition may only read model.* and config.*, not {name}",
-                            loc,
+                            "an override condition may only read model.* and config.*, "
+                            f"not {node.name}",
+                            expr.location(node),
                             hint="overrides are chosen once per model, before any session",
                         )
                     )
-    warnings = [w for expr in parsed.values() for w in literal_diagnostics(expr)]
     order: list[str] = []
     for prefix, defs in _definitions(parsed).items():
         try:
@@ -196,12 +261,6 @@ def _scalar_locator(policy: ResolvedPolicy, path: JsonPath) -> Callable[[int], L
         return policy.locate_in_scalar(path, offset)
 
     return locate
-
-
-def _names(expr: Expr) -> list[tuple[str, Any]]:
-    from .expr import free_names
-
-    return free_names(expr)
 
 
 def _definitions(parsed: dict[JsonPath, Expr]) -> dict[JsonPath, dict[str, Expr]]:

@@ -60,9 +60,12 @@ def dotted(path: Iterable[str | int]) -> str:
 
 @cache
 def validator(schema_name: str) -> Draft202012Validator:
-    """A compiled validator for a bundled schema."""
+    """A compiled validator for a bundled schema.
+
+    The bundled schemas are checked against the metaschema by the test suite
+    (``tests/test_schemas.py``), not again in every process: that took longer than
+    checking a hundred policies."""
     schema = load_schema(schema_name)
-    Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
 
 

@@ -30,3 +30,50 @@ def test_the_policy_store_is_public() -> None:
     for name in ("PolicyStore", "ReloadResult", "StoreError", "StoreSettings"):
         assert name in kilo_rules.__all__
         assert getattr(kilo_rules, name) is getattr(kilo_rules.store, name)
+
+
+def test_the_lazy_table_and_the_type_checking_imports_agree() -> None:
+    """Type checkers read the TYPE_CHECKING imports, the package resolves names through
+    ``_EXPORTS``: a name added to one only would be wrong for the other."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(kilo_rules.__file__).read_text(encoding="utf-8"))
+    guard = next(n for n in tree.body if isinstance(n, ast.If))
+    imported = {
+        "." * node.level + (node.module or ""): tuple(a.name for a in node.names)
+        for node in guard.body
+        if isinstance(node, ast.ImportFrom)
+    }
+    assert imported == kilo_rules._EXPORTS
+    assert set(kilo_rules.__all__) == {*kilo_rules._MODULE_OF, "__version__"}
+
+
+def test_importing_the_package_loads_no_heavy_module() -> None:
+    """``import kilo_rules`` (and so every ``kilo-rules`` command) starts without the
+    runtime, the simulator or the HTTP client."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kilo_rules; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('kilo_rules', 'httpx', 'pydantic', 'lark', 'jsonschema', 'yaml')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['kilo_rules']"
+
+
+def test_a_public_name_unknown_to_the_package_is_an_attribute_error() -> None:
+    import pytest
+
+    with pytest.raises(AttributeError, match="no_such_name"):
+        kilo_rules.no_such_name  # noqa: B018
+    assert "compile_policy" in dir(kilo_rules)
+
+
+def test_the_cli_offers_every_wire_format_the_providers_render() -> None:
+    from kilo_rules.cli._options import APIS
+    from kilo_rules.providers import APIS as RENDERED
+
+    assert APIS == RENDERED

@@ -19,25 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import import_module
 
 from .. import __version__
 from ..net import NetworkSettings, use_network
 from ..sandbox import allow_read
-from . import (
-    build,
-    bundle,
-    check,
-    demo,
-    diff,
-    import_,
-    models,
-    plan,
-    schema,
-    serve,
-    simulate,
-    test,
-    verify,
-)
 from ._options import read_roots
 from ._runner import (
     EPILOG,
@@ -59,26 +45,29 @@ __all__ = [
     "main",
 ]
 
-#: The commands in the order ``--help`` lists them.
-COMMANDS = (
-    check,
-    test,
-    schema,
-    models,
-    plan,
-    diff,
-    build,
-    demo,
-    import_,
-    simulate,
-    verify,
-    bundle,
-    serve,
-)
+#: The commands in the order ``--help`` lists them, each with the module that defines it.
+#: A command's module (and what it imports) loads only when that command runs, or for the
+#: full ``--help``: ``kilo-rules check`` does not import the runtime or the sidecar.
+COMMANDS: dict[str, str] = {
+    "check": "check",
+    "test": "test",
+    "schema": "schema",
+    "models": "models",
+    "plan": "plan",
+    "diff": "diff",
+    "build": "build",
+    "demo": "demo",
+    "import": "import_",
+    "simulate": "simulate",
+    "verify": "verify",
+    "bundle": "bundle",
+    "serve": "serve",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (exposed for tests and documentation)."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and documentation): every command, or only
+    ``command`` when it names one."""
     parser = argparse.ArgumentParser(
         prog="kilo-rules",
         description="Context policies as code: check, compile and apply YAML policies.",
@@ -87,14 +76,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kilo-rules {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
-        command.register(sub)
+    names = [command] if command in COMMANDS else list(COMMANDS)
+    for name in names:
+        import_module(f".{COMMANDS[name]}", __name__).register(sub)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` runs: its first word, when no top-level option comes first."""
+    for word in argv:
+        return None if word.startswith("-") else word
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_of(words))
     # Parsing runs guarded too: ``--help`` into a closed pipe must end as quietly as output.
     return guarded(lambda: _run(parser, argv))
 

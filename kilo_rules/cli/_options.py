@@ -9,19 +9,21 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, get_args
 
-from ..catalog import ModelInfo, bundled_catalog, model_from_data
+from ..catalog import ModelInfo, WireApi, bundled_catalog, model_from_data
 from ..load import load_yaml_file
-from ..providers import APIS as PROVIDER_APIS
-from ..runtime.context import Agent, StepInput, Workspace
 from ..settings import Settings, parse_config
 from ._runner import EPILOG
+
+if TYPE_CHECKING:
+    from ..runtime.context import StepInput
 
 #: The subcommands of the ``kilo-rules`` parser, which each command module adds itself to.
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
-APIS = PROVIDER_APIS
+#: The wire formats (the catalog's names; the providers package renders exactly these).
+APIS = tuple(sorted(get_args(WireApi)))
 
 _POLICY_HELP = "bundled name or path (default: KILO_RULES_POLICY, else kilo-default)"
 
@@ -189,6 +191,8 @@ def read_roots(args: argparse.Namespace) -> list[Path]:
 
 def step(args: argparse.Namespace) -> StepInput:
     """The step described by :func:`add_step`'s options."""
+    from ..runtime.context import Agent, StepInput, Workspace
+
     return StepInput(
         agent=Agent(name=args.agent),
         workspace=Workspace(cwd=str(Path(args.cwd).resolve())),

@@ -67,7 +67,7 @@ class CompiledExpr:
         fallback: Any = NO_FALLBACK,
         result_type: Type | None = None,
     ) -> None:
-        from .vocabulary import free_names
+        from .vocabulary import name_nodes
 
         self.expr = expr
         self._value = value
@@ -78,7 +78,7 @@ class CompiledExpr:
         #: The checked result type, when compiled through :func:`compile_source`.
         self.type = result_type
         #: The names the expression reads, in source order.
-        self.names: tuple[str, ...] = tuple(name for name, _ in free_names(expr))
+        self.names: tuple[str, ...] = tuple(n.name for n in name_nodes(expr))
 
         first_use: dict[str, Node] = {}  # where to point when the context lacks a name
         for node in walk(expr.root):

@@ -226,13 +226,19 @@ def model_values(model: ModelInfo) -> dict[str, Any]:
     }
 
 
-def free_names(expr: Expr) -> list[tuple[str, Location]]:
-    """The names ``expr`` reads, each once, in source order, located at its first use."""
+def name_nodes(expr: Expr) -> list[Name]:
+    """The first use of each name ``expr`` reads, in source order (nothing located yet:
+    locating is the costly part, and most callers need only the names)."""
     seen: dict[str, Name] = {}
     for node in walk(expr.root):
         if isinstance(node, Name) and (node.name not in seen or node.start < seen[node.name].start):
             seen[node.name] = node
-    return [(n.name, expr.location(n)) for n in sorted(seen.values(), key=lambda n: n.start)]
+    return sorted(seen.values(), key=lambda n: n.start)
+
+
+def free_names(expr: Expr) -> list[tuple[str, Location]]:
+    """The names ``expr`` reads, each once, in source order, located at its first use."""
+    return [(n.name, expr.location(n)) for n in name_nodes(expr)]
 
 
 def order_definitions(defs: Mapping[str, Expr]) -> list[str]:
@@ -242,7 +248,9 @@ def order_definitions(defs: Mapping[str, Expr]) -> list[str]:
     Independent definitions keep their given order. A cycle raises :class:`ExprError`
     (code ``expr.cycle``) located at the reference that closes it.
     """
-    refs = {name: [(r, loc) for r, loc in free_names(e) if r in defs] for name, e in defs.items()}
+    refs = {
+        name: [(n.name, e) for n in name_nodes(e) if n.name in defs] for name, e in defs.items()
+    }
     done: set[str] = set()
     order: list[str] = []
     for root in defs:
@@ -250,7 +258,7 @@ def order_definitions(defs: Mapping[str, Expr]) -> list[str]:
             continue
         # Iterative depth-first search: `path` is the chain of definitions being resolved.
         path: list[str] = [root]
-        pending: list[Iterator[tuple[str, Location]]] = [iter(refs[root])]
+        pending: list[Iterator[tuple[str, Expr]]] = [iter(refs[root])]
         while pending:
             step = next(pending[-1], None)
             if step is None:
@@ -259,10 +267,11 @@ def order_definitions(defs: Mapping[str, Expr]) -> list[str]:
                 done.add(finished)
                 order.append(finished)
                 continue
-            ref, location = step
+            ref, holder = step
             if ref in done:
                 continue
             if ref in path:
+                location = next(loc for r, loc in free_names(holder) if r == ref)
                 cycle = [*path[path.index(ref) :], ref]
                 message = (
                     f"{ref} refers to itself"
