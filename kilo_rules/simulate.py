@@ -18,7 +18,7 @@ each plan decides for itself where to compact.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -35,9 +35,11 @@ from .summarize import Summarizer, SummaryRequest
 from .tokens import CountCache, TokenCounter, counter_for
 
 __all__ = [
+    "ReplayStep",
     "SimulationReport",
     "SimulationStep",
     "default_counter",
+    "replay",
     "simulate",
     "step_cost",
     "without_recorded_compactions",
@@ -239,11 +241,19 @@ def _output(msg: Message) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _Built:
-    """The request a step sends, as blocks, and what it took to get there."""
+class ReplayStep:
+    """One recorded assistant message, replayed under a plan.
 
+    ``live`` is the session the step started from; ``result`` the step that was sent (its
+    decisions and mutations include those of every retry after a provider overflow);
+    ``blocks`` that request in cache order with its tokens; ``split`` what the cache model
+    says the provider would have read, written and charged uncached."""
+
+    message: Message
+    live: Session
     result: StepResult
     blocks: list[Block]
+    split: CacheStep
     compactions: int
     overflows: int
     markers: int
@@ -266,16 +276,11 @@ class _Replay:
         self.runtime = Runtime(plan, self.metered)
         self.cache = cache
         self.window = m.limits.input or m.limits.context
-        prices = m.prices.model_dump() if m.prices is not None else None
-        self.report = SimulationReport(plan.policy, m.id, self.window, counter.name)
-        self.report.prices = prices
 
-    def _build(self, live: Session) -> _Built:
+    def _build(self, live: Session) -> tuple[StepResult, list[Block], int]:
         """The request for the next step, retried while the provider would reject it."""
-        from .providers import count_markers
-
         result = self.runtime.step(live)
-        compactions, overflows = result.compactions, 0
+        overflows = 0
         seq = blocks(result.request, self.counter.count)
         while sum(b.tokens for b in seq) > self.window:
             if overflows >= MAX_OVERFLOW_RETRIES:
@@ -288,41 +293,33 @@ class _Replay:
                 )
             overflows += 1
             self.runtime.overflowed(result.session)
-            result = self.runtime.step(result.session)
-            compactions += result.compactions
+            again = self.runtime.step(result.session)
+            result = StepResult(
+                again.request,
+                [*result.decisions, *again.decisions],
+                [*result.mutations, *again.mutations],
+                again.session,
+                again.turn,
+                result.compactions + again.compactions,
+            )
             seq = blocks(result.request, self.counter.count)
-        markers = count_markers(result.request, result.turn.provider)
-        return _Built(result, seq, compactions, overflows, markers)
+        return result, seq, overflows
 
-    def run(self, original: Session) -> SimulationReport:
-        out = self.report
-        out.requests_total = sum(1 for m in original.messages if m.role == "assistant")
+    def steps(self, original: Session) -> Iterator[ReplayStep]:
+        """Every recorded assistant message of ``original``, replayed in order. Raises
+        :class:`ContextOverflowError` when a step cannot be brought under the window."""
+        from .providers import count_markers
+
         live = original.model_copy(update={"messages": []})
         for msg in original.messages:
             if msg.role != "assistant":
                 live = live.model_copy(update={"messages": [*live.messages, msg]})
                 continue
-            try:
-                built = self._build(live)
-            except ContextOverflowError as exc:
-                out.error = exc.diagnostics[0].message if exc.diagnostics else str(exc)
-                break
-            split = self.cache.step(built.blocks)
-            output = _output(msg)
-            out.compactions += built.compactions
-            out.provider_overflows += built.overflows
-            out.steps.append(
-                SimulationStep(
-                    index=len(out.steps) + 1,
-                    message_id=msg.id,
-                    cache=split,
-                    output=output,
-                    compactions=built.compactions,
-                    provider_overflows=built.overflows,
-                    markers=built.markers,
-                    cost=step_cost(self.plan.model.prices, split, output),
-                )
-            )
+            result, seq, overflows = self._build(live)
+            split = self.cache.step(seq)
+            markers = count_markers(result.request, result.turn.provider)
+            yield ReplayStep(msg, live, result, seq, split, result.compactions, overflows, markers)
+            # The provider's usage for the request this plan built, not the recorded one.
             usage = TokenUsage(
                 input=split.uncached,
                 output=msg.tokens.output if msg.tokens else 0,
@@ -330,11 +327,73 @@ class _Replay:
                 cache=CacheTokens(read=split.read, write=split.write),
             )
             answered = msg.model_copy(update={"tokens": usage})
-            grown = built.result.session
+            grown = result.session
             live = grown.model_copy(update={"messages": [*grown.messages, answered]})
+
+    def run(self, original: Session) -> SimulationReport:
+        m = self.plan.model
+        out = SimulationReport(self.plan.policy, m.id, self.window, self.counter.name)
+        out.prices = m.prices.model_dump() if m.prices is not None else None
+        out.requests_total = sum(1 for m in original.messages if m.role == "assistant")
+        try:
+            for step in self.steps(original):
+                output = _output(step.message)
+                out.compactions += step.compactions
+                out.provider_overflows += step.overflows
+                out.steps.append(
+                    SimulationStep(
+                        index=len(out.steps) + 1,
+                        message_id=step.message.id,
+                        cache=step.split,
+                        output=output,
+                        compactions=step.compactions,
+                        provider_overflows=step.overflows,
+                        markers=step.markers,
+                        cost=step_cost(m.prices, step.split, output),
+                    )
+                )
+        except ContextOverflowError as exc:
+            out.error = exc.diagnostics[0].message if exc.diagnostics else str(exc)
         out.summary_input = self.metered.input
         out.summary_output = self.metered.output
         return out
+
+
+def replay(
+    plan: Plan,
+    session: Session,
+    *,
+    summarizer: Summarizer | None = None,
+    counter: TokenCounter | None = None,
+    lookback: int | None = 20,
+    seconds_per_step: float | None = None,
+) -> Iterator[ReplayStep]:
+    """The steps :func:`simulate` takes for one plan, one at a time (its recorded
+    compactions dropped first), for tools that look at each request: the same requests,
+    the same compactions, the same cache model."""
+    return _replay_for(plan, summarizer, counter, lookback, seconds_per_step).steps(
+        without_recorded_compactions(session)
+    )
+
+
+def _replay_for(
+    plan: Plan,
+    summarizer: Summarizer | None,
+    counter: TokenCounter | None,
+    lookback: int | None,
+    seconds_per_step: float | None,
+) -> _Replay:
+    if summarizer is None:
+        from .summarizers import ExtractiveSummarizer
+
+        summarizer = ExtractiveSummarizer()
+    cache = CacheSimulator(
+        plan.model.cache.kind,
+        plan.model.cache.min_cacheable_tokens,
+        lookback=lookback,
+        seconds_per_step=seconds_per_step,
+    )
+    return _Replay(plan, summarizer, counter or default_counter(), cache)
 
 
 def simulate(
@@ -354,19 +413,8 @@ def simulate(
     (see :mod:`kilo_rules.cachesim`). A plan whose compaction is exhausted stops early and
     says why in :attr:`SimulationReport.error`.
     """
-    if summarizer is None:
-        from .summarizers import ExtractiveSummarizer
-
-        summarizer = ExtractiveSummarizer()
-    count = counter or default_counter()
     original = without_recorded_compactions(session)
-    reports = []
-    for plan in plans:
-        cache = CacheSimulator(
-            plan.model.cache.kind,
-            plan.model.cache.min_cacheable_tokens,
-            lookback=lookback,
-            seconds_per_step=seconds_per_step,
-        )
-        reports.append(_Replay(plan, summarizer, count, cache).run(original))
-    return reports
+    return [
+        _replay_for(plan, summarizer, counter, lookback, seconds_per_step).run(original)
+        for plan in plans
+    ]

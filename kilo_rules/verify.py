@@ -33,10 +33,10 @@ from .plan import Plan
 from .resolve import ResolvedPolicy, resolve_policy
 from .runtime.apply import apply_plan, run
 from .runtime.context import StepInput
-from .runtime.facade import Runtime, StepResult
+from .runtime.facade import StepResult
 from .runtime.system import layer_texts
-from .session import CacheTokens, Message, Session, TextPart, TokenUsage, ToolDefinition
-from .simulate import MAX_OVERFLOW_RETRIES, without_recorded_compactions
+from .session import Message, Session, TextPart, ToolDefinition
+from .simulate import replay
 from .summarize import Summarizer
 from .tokens import counter_for
 
@@ -670,42 +670,26 @@ def prefix_stability(
     *,
     summarizer: Summarizer | None = None,
 ) -> StabilityReport:
-    """Replay ``session`` under ``plan`` (its recorded compactions dropped, compaction by
-    ``summarizer``, default the offline extractive one) and report every step whose
-    request does not start with the previous step's cached prefix."""
-    if summarizer is None:
-        from .summarizers import ExtractiveSummarizer
-
-        summarizer = ExtractiveSummarizer()
+    """Replay ``session`` under ``plan`` as :func:`kilo_rules.simulate.simulate` does (its
+    recorded compactions dropped, compaction by ``summarizer``, default the offline
+    extractive one, the same usage fed back, so the same compactions) and report every
+    step whose request does not start with the previous step's cached prefix."""
     report = StabilityReport(plan.policy, plan.model.id)
-    runtime = Runtime(plan, summarizer)
-    m = plan.model
-    window = m.limits.input or m.limits.context
-    original = without_recorded_compactions(session)
-    live = original.model_copy(update={"messages": []})
-    prev: _Snapshot | None = None
     step_input = StepInput()
-    for msg in original.messages:
-        if msg.role != "assistant":
-            live = live.model_copy(update={"messages": [*live.messages, msg]})
-            continue
-        try:
-            result = _step(runtime, live, step_input, window)
-        except ContextOverflowError as exc:
-            report.error = exc.diagnostics[0].message
-            break
-        report.steps += 1
-        cur = _snapshot(result, live, step_input)
-        if prev is not None:
-            diff = _first_difference(prev, cur)
-            if diff is not None:
+    prev: _Snapshot | None = None
+    try:
+        for step in replay(plan, session, summarizer=summarizer):
+            report.steps += 1
+            cur = _snapshot(step.result, step.live, step_input)
+            diff = None if prev is None else _first_difference(prev, cur)
+            if prev is not None and diff is not None:
                 index, offset = diff
                 block = prev.names[index]
-                cause, expected, at, layer = _explain(plan, prev, cur, result, block)
+                cause, expected, at, layer = _explain(plan, prev, cur, step.result, block)
                 report.changes.append(
                     PrefixChange(
                         report.steps,
-                        msg.id,
+                        step.message.id,
                         offset,
                         sum(len(k) for k in prev.keys[: prev.cached]),
                         block,
@@ -715,42 +699,7 @@ def prefix_stability(
                         layer,
                     )
                 )
-        prev = cur
-        usage = TokenUsage(
-            input=result.turn.input_tokens,
-            output=msg.tokens.output if msg.tokens else 0,
-            reasoning=msg.tokens.reasoning if msg.tokens else 0,
-            cache=CacheTokens(),
-        )
-        answered = msg.model_copy(update={"tokens": usage})
-        grown = result.session
-        live = grown.model_copy(update={"messages": [*grown.messages, answered]})
+            prev = cur
+    except ContextOverflowError as exc:
+        report.error = exc.diagnostics[0].message
     return report
-
-
-def _step(runtime: Runtime, live: Session, step_input: StepInput, window: int) -> StepResult:
-    """The request of the next step, retried after compaction while it is over the window
-    (a provider would refuse it)."""
-    result = runtime.step(live, step_input)
-    retries = 0
-    while window and result.turn.input_tokens > window:
-        if retries >= MAX_OVERFLOW_RETRIES:
-            raise ContextOverflowError(
-                Diagnostic(
-                    "verify.overflow-retries",
-                    f"the request still exceeds the {window:,}-token window after {retries} "
-                    "compactions",
-                )
-            )
-        retries += 1
-        runtime.overflowed(result.session)
-        again = runtime.step(result.session, step_input)
-        result = StepResult(
-            again.request,
-            [*result.decisions, *again.decisions],
-            [*result.mutations, *again.mutations],
-            again.session,
-            again.turn,
-            result.compactions + again.compactions,
-        )
-    return result

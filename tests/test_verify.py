@@ -214,6 +214,23 @@ def test_a_real_session_keeps_its_prefix(policy: str) -> None:
     assert report.unexpected == []
 
 
+@pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason="shared trajectories absent")
+def test_the_stability_replay_compacts_where_simulate_does() -> None:
+    """Both replay through one engine, with the same usage fed back: on the Opus session
+    run on Sonnet 4.5, kilo-default compacts once, at the same step, in both."""
+    from kilo_rules.simulate import simulate
+
+    session = read_session(str(TRAJECTORIES / "claude-code-opus46-spotter-8463c716.jsonl"))
+    plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
+    simulated = simulate(session, [plan])[0]
+    compacted = [step.index for step in simulated.steps if step.compactions]
+    report = prefix_stability(plan, session)
+    assert compacted, "the session no longer needs a compaction on this model"
+    assert report.steps == len(simulated.steps)
+    assert [c.step for c in report.changes if c.cause == "compaction"] == compacted
+    assert report.unexpected == []
+
+
 # ------------------------------------------------------------------- the command
 
 
