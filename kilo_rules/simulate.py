@@ -25,7 +25,7 @@ from typing import Any
 
 from .cachesim import Block, CacheSimulator, CacheStep, blocks
 from .catalog import Prices
-from .errors import ContextOverflowError, Diagnostic
+from .errors import ContextOverflowError, Diagnostic, KiloRulesError, Location, SessionError
 from .plan import Plan
 from .runtime.facade import Runtime, StepResult
 from .runtime.history import compaction_part, completed_compactions
@@ -35,11 +35,17 @@ from .summarize import Summarizer, SummaryRequest
 from .tokens import CountCache, TokenCounter, counter_for
 
 __all__ = [
+    "Calibration",
+    "Floor",
     "ReplayStep",
     "SimulationReport",
     "SimulationStep",
+    "cost_floor",
     "default_counter",
+    "fit_calibration",
+    "recorded_input",
     "replay",
+    "session_document",
     "simulate",
     "step_cost",
     "without_recorded_compactions",
@@ -75,6 +81,8 @@ class SimulationStep:
     provider_overflows: int  # requests the provider would have rejected before this one
     markers: int  # cache breakpoints in the body
     cost: float | None
+    prunes: int = 0  # tool outputs pruned before this request
+    recorded_input: int | None = None  # what the real agent's provider reported, if logged
 
     def to_json(self) -> dict[str, Any]:
         """Stable JSON shape of the step."""
@@ -92,6 +100,8 @@ class SimulationStep:
             "provider_overflows": self.provider_overflows,
             "markers": self.markers,
             "cost_usd": self.cost,
+            "prunes": self.prunes,
+            "recorded_input": self.recorded_input,
         }
 
 
@@ -111,6 +121,8 @@ class SimulationReport:
     error: str | None = None  # why the replay stopped early (compaction exhausted)
     prices: dict[str, float | None] | None = None
     requests_total: int = 0  # the requests the recorded session made
+    compaction_limit: int | None = None  # the context size at which the plan compacts
+    calibration: Calibration | None = None  # applied to every request's count
 
     @property
     def stopped(self) -> bool:
@@ -184,6 +196,7 @@ class SimulationReport:
             "window": self.window,
             "cost_usd": self.cost,
             "error": self.error,
+            "compaction_limit": self.compaction_limit,
         }
         if steps:
             out["steps"] = [s.to_json() for s in self.steps]
@@ -206,6 +219,207 @@ def step_cost(prices: Prices | None, cache: CacheStep, output: int) -> float | N
         + output * p.output
     )
     return usd / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """How the simulator's count of a request maps to what the provider reports:
+    ``reported ≈ factor × simulated + offset``.
+
+    ``offset`` stands for what the log does not hold (the agent's own system prompt and tool
+    definitions) and is sent as a stable block in front of every request, so the cache
+    model reads it like the prefix it is; ``factor`` for the provider's tokenizer against
+    the simulator's. Fitted by :func:`fit_calibration` on the steps where the recorded and
+    the replayed contexts are the same messages (``steps`` of them, with the fit's ``r2``
+    and the median relative error of the fitted counts), or declared by hand
+    (``steps == 0``)."""
+
+    factor: float = 1.0
+    offset: int = 0
+    r2: float | None = None
+    steps: int = 0
+    median_abs_error: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (0.1 <= self.factor <= 10.0):
+            raise ValueError(f"token factor {self.factor} is outside 0.1..10")
+        if not (0 <= self.offset <= 10_000_000):
+            raise ValueError(f"hidden prefix {self.offset} is outside 0..10,000,000 tokens")
+
+    def count(self, simulated: int) -> int:
+        """The calibrated count of a request the simulator counted ``simulated``."""
+        return round(self.factor * simulated) + self.offset
+
+    def blocks(self, seq: list[Block]) -> list[Block]:
+        """``seq`` as the provider would count it: each block scaled, the hidden prefix in
+        front of the first."""
+        scaled = [Block(b.key, round(b.tokens * self.factor), b.mark) for b in seq]
+        return [Block("hidden-prefix", self.offset), *scaled] if self.offset else scaled
+
+    def to_json(self, *, applied: bool) -> dict[str, Any]:
+        """Stable JSON shape."""
+        return {
+            "factor": self.factor,
+            "offset": self.offset,
+            "r2": self.r2,
+            "steps": self.steps,
+            "median_abs_error": self.median_abs_error,
+            "declared": self.steps == 0,
+            "applied": applied,
+        }
+
+
+def recorded_input(msg: Message) -> int | None:
+    """The input the provider reported for ``msg`` (uncached, cache read and written),
+    None when the log holds no usage for it."""
+    t = msg.tokens
+    if t is None:
+        return None
+    total = t.input + t.cache.read + t.cache.write
+    return total or None
+
+
+def _recorded_after_compaction(session: Session) -> set[str]:
+    """Ids of the messages from the first compaction the agent recorded onwards: from
+    there its context is a summary, not the history the replay grows."""
+    kept = {m.id for m in without_recorded_compactions(session).messages}
+    first = next((i for i, m in enumerate(session.messages) if m.id not in kept), None)
+    return set() if first is None else {m.id for m in session.messages[first:]}
+
+
+def fit_calibration(
+    plan: Plan,
+    session: Session,
+    *,
+    summarizer: Summarizer | None = None,
+    counter: TokenCounter | None = None,
+) -> Calibration | None:
+    """Fit ``reported = factor × simulated + offset`` (a robust line) on the steps of
+    ``session`` whose recorded usage describes the same messages the replay under ``plan``
+    sends: before the agent's first recorded compaction and before the plan's first
+    compaction or prune. None when fewer than three steps qualify (a log without usage)."""
+    after = _recorded_after_compaction(session)
+    pairs: list[tuple[int, int]] = []
+    for step in replay(plan, session, summarizer=summarizer, counter=counter):
+        if step.message.id in after or step.compactions or step.prunes:
+            break
+        rec = recorded_input(step.message)
+        if rec is not None:
+            pairs.append((sum(b.tokens for b in step.blocks), rec))
+    return _robust_fit(pairs)
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+#: Steps a fit looks at at most (evenly spaced): the slope is a median over their pairs.
+_FIT_POINTS = 400
+
+
+def _robust_fit(pairs: Sequence[tuple[int, int]]) -> Calibration | None:
+    """Theil-Sen: the slope is the median of the slopes between every two steps, the
+    offset the median of what remains. A least-squares line would bend to a single jump
+    that the log cannot show (a summarised reasoning block billed in full, an attachment),
+    and then miss every step after it; the median follows the steps that agree."""
+    n = len(pairs)
+    if n < 3:
+        return None
+    if n > _FIT_POINTS:
+        pairs = [pairs[i * (n - 1) // (_FIT_POINTS - 1)] for i in range(_FIT_POINTS)]
+    slopes = [
+        (y2 - y1) / (x2 - x1)
+        for i, (x1, y1) in enumerate(pairs)
+        for x2, y2 in pairs[i + 1 :]
+        if x2 != x1
+    ]
+    if not slopes:
+        return None
+    factor = min(max(_median(slopes), 0.1), 10.0)
+    offset = max(_median([y - factor * x for x, y in pairs]), 0.0)
+    my = sum(y for _, y in pairs) / len(pairs)
+    syy = sum((y - my) ** 2 for _, y in pairs)
+    residual = sum((y - (factor * x + offset)) ** 2 for x, y in pairs)
+    r2 = 1.0 - residual / syy if syy else 1.0
+    error = _median([abs(factor * x + offset - y) / y for x, y in pairs])
+    return Calibration(round(factor, 4), round(offset), round(r2, 5), n, round(error, 5))
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """The cost lower bound of a session on one model: every input token written to the
+    cache once, when first sent, and read from it in every later request, with the
+    recorded outputs; no compaction, no expiry, no breakpoint limit. A plan that compacts
+    sends less than the whole history and may cost less than this; one that keeps it all
+    cannot."""
+
+    input: int  # tokens of every request of the full history, summed
+    cache_write: int
+    cache_read: int
+    output: int
+    cost: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable JSON shape."""
+        return {
+            "input": self.input,
+            "cache_write": self.cache_write,
+            "cache_read": self.cache_read,
+            "output": self.output,
+            "cost_usd": self.cost,
+        }
+
+
+def cost_floor(
+    plan: Plan,
+    session: Session,
+    *,
+    counter: TokenCounter | None = None,
+    calibration: Calibration | None = None,
+) -> Floor:
+    """The :class:`Floor` of ``session`` at ``plan``'s model prices: the history the
+    session grew (its recorded compactions dropped), each message lowered as ``plan``
+    lowers it and counted once as JSON, behind the fixed prefix (tools and system) of the
+    plan's first request."""
+    from .runtime.lower import lower, lower_settings
+
+    count = (counter or default_counter()).count
+    original = without_recorded_compactions(session)
+    settings = lower_settings(plan)
+    first = next((i for i, m in enumerate(original.messages) if m.role == "assistant"), None)
+    if first is None:
+        return Floor(0, 0, 0, 0, 0.0 if plan.model.prices is not None else None)
+    # The first request as the plan sends it (tools, system, the opening messages); every
+    # later message adds its lowered JSON.
+    head = Runtime(plan, _Unused()).step(
+        original.model_copy(update={"messages": original.messages[:first]})
+    )
+    context = sum(b.tokens for b in blocks(head.request, count))
+    write = read = total = output = 0
+    seen = 0  # tokens already in the cache
+    for msg in original.messages[first:]:
+        if msg.role == "assistant":
+            size = calibration.count(context) if calibration else context
+            write += size - seen
+            read += seen
+            total += size
+            seen = size
+            output += _output(msg)
+        context += sum(count(messages_json([m])) for m in lower([msg], settings))
+    p = plan.model.prices
+    cost = None
+    if p is not None:
+        cost = (write * (p.cache_write or p.input) + read * p.cache_read + output * p.output) / 1e6
+    return Floor(total, write, read, output, cost)
+
+
+class _Unused:
+    """The summarizer of a step that must not compact."""
+
+    def summarize(self, request: SummaryRequest) -> str:
+        raise AssertionError("the floor's first request does not compact")
 
 
 class _Metered:
@@ -257,6 +471,7 @@ class ReplayStep:
     compactions: int
     overflows: int
     markers: int
+    prunes: int
 
 
 class _Replay:
@@ -268,9 +483,11 @@ class _Replay:
         summarizer: Summarizer,
         counter: TokenCounter,
         cache: CacheSimulator,
+        calibration: Calibration | None = None,
     ) -> None:
         m = plan.model
         self.plan = plan
+        self.calibration = calibration
         self.counter = counter
         self.metered = _Metered(summarizer, counter)
         self.runtime = Runtime(plan, self.metered)
@@ -281,7 +498,7 @@ class _Replay:
         """The request for the next step, retried while the provider would reject it."""
         result = self.runtime.step(live)
         overflows = 0
-        seq = blocks(result.request, self.counter.count)
+        seq = self._blocks(result.request)
         while sum(b.tokens for b in seq) > self.window:
             if overflows >= MAX_OVERFLOW_RETRIES:
                 raise ContextOverflowError(
@@ -302,8 +519,12 @@ class _Replay:
                 again.turn,
                 result.compactions + again.compactions,
             )
-            seq = blocks(result.request, self.counter.count)
+            seq = self._blocks(result.request)
         return result, seq, overflows
+
+    def _blocks(self, request: dict[str, Any]) -> list[Block]:
+        seq = blocks(request, self.counter.count)
+        return self.calibration.blocks(seq) if self.calibration else seq
 
     def steps(self, original: Session) -> Iterator[ReplayStep]:
         """Every recorded assistant message of ``original``, replayed in order. Raises
@@ -318,7 +539,10 @@ class _Replay:
             result, seq, overflows = self._build(live)
             split = self.cache.step(seq)
             markers = count_markers(result.request, result.turn.provider)
-            yield ReplayStep(msg, live, result, seq, split, result.compactions, overflows, markers)
+            prunes = sum(1 for m in result.mutations if m.get("op") == "mark_compacted")
+            yield ReplayStep(
+                msg, live, result, seq, split, result.compactions, overflows, markers, prunes
+            )
             # The provider's usage for the request this plan built, not the recorded one.
             usage = TokenUsage(
                 input=split.uncached,
@@ -335,6 +559,11 @@ class _Replay:
         out = SimulationReport(self.plan.policy, m.id, self.window, self.counter.name)
         out.prices = m.prices.model_dump() if m.prices is not None else None
         out.requests_total = sum(1 for m in original.messages if m.role == "assistant")
+        out.calibration = self.calibration
+        try:
+            out.compaction_limit = self.plan.usable()
+        except KiloRulesError:  # a usable window that depends on the session
+            out.compaction_limit = None
         try:
             for step in self.steps(original):
                 output = _output(step.message)
@@ -350,6 +579,8 @@ class _Replay:
                         provider_overflows=step.overflows,
                         markers=step.markers,
                         cost=step_cost(m.prices, step.split, output),
+                        prunes=step.prunes,
+                        recorded_input=recorded_input(step.message),
                     )
                 )
         except ContextOverflowError as exc:
@@ -367,13 +598,13 @@ def replay(
     counter: TokenCounter | None = None,
     lookback: int | None = 20,
     seconds_per_step: float | None = None,
+    calibration: Calibration | None = None,
 ) -> Iterator[ReplayStep]:
     """The steps :func:`simulate` takes for one plan, one at a time (its recorded
     compactions dropped first), for tools that look at each request: the same requests,
     the same compactions, the same cache model."""
-    return _replay_for(plan, summarizer, counter, lookback, seconds_per_step).steps(
-        without_recorded_compactions(session)
-    )
+    run = _replay_for(plan, summarizer, counter, lookback, seconds_per_step, calibration)
+    return run.steps(without_recorded_compactions(session))
 
 
 def _replay_for(
@@ -382,6 +613,7 @@ def _replay_for(
     counter: TokenCounter | None,
     lookback: int | None,
     seconds_per_step: float | None,
+    calibration: Calibration | None = None,
 ) -> _Replay:
     if summarizer is None:
         from .summarizers import ExtractiveSummarizer
@@ -393,7 +625,7 @@ def _replay_for(
         lookback=lookback,
         seconds_per_step=seconds_per_step,
     )
-    return _Replay(plan, summarizer, counter or default_counter(), cache)
+    return _Replay(plan, summarizer, counter or default_counter(), cache, calibration)
 
 
 def simulate(
@@ -404,17 +636,92 @@ def simulate(
     counter: TokenCounter | None = None,
     lookback: int | None = 20,
     seconds_per_step: float | None = None,
+    calibration: Calibration | None = None,
 ) -> list[SimulationReport]:
     """Replay ``session`` under each plan; one report per plan, in order.
 
     ``summarizer`` writes the summaries of compactions (default: the offline extractive
     one, so a simulation is deterministic). ``counter`` measures every request (default:
     :func:`default_counter`). ``lookback`` and ``seconds_per_step`` tune the cache model
-    (see :mod:`kilo_rules.cachesim`). A plan whose compaction is exhausted stops early and
-    says why in :attr:`SimulationReport.error`.
+    (see :mod:`kilo_rules.cachesim`). ``calibration`` maps every count to what the
+    provider would report (:func:`fit_calibration`), so that the usage fed back, the
+    compaction points and the bill follow the real counts. A plan whose compaction is
+    exhausted stops early and says why in :attr:`SimulationReport.error`.
     """
     original = without_recorded_compactions(session)
     return [
-        _replay_for(plan, summarizer, counter, lookback, seconds_per_step).run(original)
+        _replay_for(plan, summarizer, counter, lookback, seconds_per_step, calibration).run(
+            original
+        )
         for plan in plans
     ]
+
+
+def session_document(
+    session: Session,
+    plans: Sequence[Plan],
+    *,
+    name: str,
+    calibrate: bool = False,
+    declared: Calibration | None = None,
+    lookback: int | None = 20,
+    seconds_per_step: float | None = None,
+    steps: bool = True,
+) -> dict[str, Any]:
+    """Everything ``kilo-rules simulate`` reports for one session, as its JSON document:
+    the model, its cache facts and prices, the fitted calibration (when the log records
+    usage), the cost floor, and one report per plan with its ratio to the floor.
+
+    ``calibrate`` applies the fitted calibration (a log without usage raises
+    :class:`~kilo_rules.errors.SessionError`); ``declared`` is one set by hand, applied
+    whatever the log holds. All plans must be for the same model."""
+    if not plans:
+        raise ValueError("no plans to simulate")
+    model = plans[0].model
+    if any(p.model.id != model.id for p in plans):
+        raise ValueError("every plan of one simulation must be for the same model")
+    fitted = fit_calibration(plans[0], session)
+    if calibrate and fitted is None and declared is None:
+        raise SessionError(
+            Diagnostic(
+                "simulate.no-usage",
+                f"{name}: the log records no usage to calibrate with (fewer than three "
+                "requests with token counts before any compaction)",
+                Location(name, 1, 1),
+                hint="declare the hidden prefix and token factor by hand instead "
+                "(--hidden-prefix, --token-factor)",
+            )
+        )
+    applied = declared or (fitted if calibrate else None)
+    reports = simulate(
+        session,
+        plans,
+        lookback=lookback,
+        seconds_per_step=seconds_per_step,
+        calibration=applied,
+    )
+    floor = cost_floor(plans[0], session, calibration=applied)
+    calibration = None
+    if applied is not None:
+        calibration = applied.to_json(applied=True)
+    elif fitted is not None:
+        calibration = fitted.to_json(applied=False)
+    out_reports = []
+    for r in reports:
+        doc = r.to_json(steps=steps)
+        cost = r.cost
+        doc["floor_ratio"] = (
+            cost / floor.cost if cost is not None and floor.cost and not r.stopped else None
+        )
+        out_reports.append(doc)
+    return {
+        "version": 1,
+        "session": name,
+        "session_messages": len(session.messages),
+        "model": model.id,
+        "cache": model.cache.model_dump(mode="json"),
+        "prices": model.prices.model_dump(mode="json") if model.prices else None,
+        "calibration": calibration,
+        "floor": floor.to_json(),
+        "reports": out_reports,
+    }

@@ -1,0 +1,808 @@
+"""Simulating a corpus of recorded sessions: which files, run where, and what they add up to.
+
+:func:`expand_sessions` turns the session arguments of the command line (files,
+directories, globs) into one ordered list of files. :func:`run_corpus` runs a caller-given
+function on each of them in worker processes (a local process pool, or a Dask cluster for
+corpora that outgrow one machine) and keeps going when one of them fails;
+:func:`progress_reporter` shows how far it got. :func:`aggregate` sums the per-session
+simulation documents per policy and finds the sessions that cost the most.
+
+This module knows nothing of policies or sessions: the work is any picklable function of a
+path, so that it can run in another process. rich (the ``report`` extra) and Dask (the
+``distributed`` extra) are imported only when they are used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import math
+import multiprocessing
+import os
+import pickle
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Literal, TextIO, TypeVar
+
+from .errors import Diagnostic, KiloRulesError, Location, SessionError
+
+__all__ = [
+    "COMMAND_LINE",
+    "MAX_TASKS_PER_CHILD",
+    "MAX_WORKERS",
+    "SESSION_SUFFIXES",
+    "Executor",
+    "Outcome",
+    "Progress",
+    "aggregate",
+    "aggregate_rows",
+    "expand_sessions",
+    "progress_reporter",
+    "run_corpus",
+    "worst_rows",
+]
+
+T = TypeVar("T")
+
+#: The pseudo-file that errors about command-line arguments are located in.
+COMMAND_LINE = "<command line>"
+
+#: The names a directory walk picks up: the formats the importers read.
+SESSION_SUFFIXES = (".json", ".jsonl", ".traj")
+
+#: The most worker processes :func:`run_corpus` starts on one machine.
+MAX_WORKERS = 256
+
+#: Sessions a pool worker simulates before it is replaced by a fresh process. A worker
+#: keeps caches (compiled plans, token counts) and whatever a session leaks; replacing it
+#: bounds that memory, and costs one interpreter start (about 1-2 s) per this many sessions.
+MAX_TASKS_PER_CHILD = 64
+
+#: How often plain progress lines are printed at most (seconds), so that CI logs stay short.
+PLAIN_INTERVAL = 1.0
+
+Executor = Literal["process", "dask", "serial"]
+
+#: ``progress(done, total, path)``: called once per finished session, ``done`` counting up.
+Progress = Callable[[int, int, Path], None]
+
+_GLOB_MAGIC = frozenset("*?[")
+
+_DISTRIBUTED_MISSING = (
+    "the distributed executor needs the distributed extra: pip install 'kilo-rules[distributed]'"
+)
+
+# Tests replace this to drive the plain reporter's throttle without sleeping.
+_now = time.monotonic
+
+
+# --- which sessions -----------------------------------------------------------------------
+
+
+def _at(specs: Sequence[str], index: int) -> Location:
+    """The spec's place in the specs joined by spaces, so that rendering the diagnostic with
+    that text as the ``<command line>`` source puts the caret under the spec."""
+    col = 1 + sum(len(s) + 1 for s in specs[:index])
+    return Location(COMMAND_LINE, 1, col, 1, col + max(len(specs[index]), 1))
+
+
+def _is_session_name(name: str) -> bool:
+    return not name.startswith(".") and name.endswith(SESSION_SUFFIXES)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def _walk(directory: Path) -> Iterator[Path]:
+    """Session files below ``directory``, in no particular order. Hidden names are skipped;
+    a symlinked directory is not entered and a symlinked file counts only when it points
+    inside ``directory``, so that a link cannot pull in files from elsewhere."""
+    root = directory.resolve()
+
+    def refuse(exc: OSError) -> None:
+        raise exc
+
+    for top, dirs, files in os.walk(directory, onerror=refuse, followlinks=False):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if not _is_session_name(name):
+                continue
+            path = Path(top, name)
+            if path.is_symlink():
+                try:
+                    target = path.resolve(strict=True)
+                except (OSError, RuntimeError):  # dangling, or a loop of links
+                    continue
+                if not _inside(target, root) or not target.is_file():
+                    continue
+            elif not path.is_file():  # a FIFO or a socket with a session's name
+                continue
+            yield path
+
+
+def _glob(spec: str) -> Iterator[Path]:
+    """The glob's matches: files as matched, directories walked."""
+    # Path.glob takes relative patterns only; a spec may be absolute.
+    for match in glob.iglob(spec, recursive=True):  # noqa: PTH207
+        path = Path(match)
+        if path.is_dir():
+            yield from _walk(path)
+        elif path.is_file():
+            yield path
+
+
+def _too_many(specs: Sequence[str], index: int, limit: int) -> SessionError:
+    return SessionError(
+        Diagnostic(
+            "simulate.too-many-sessions",
+            f"more than {limit:,} sessions (the limit), counting those of {specs[index]!r}",
+            _at(specs, index),
+            details={"spec": specs[index], "limit": limit},
+            hint="simulate a smaller corpus, or split it and simulate the parts one by one",
+        )
+    )
+
+
+def expand_sessions(specs: Sequence[str], *, limit: int = 100_000) -> list[Path]:
+    """The session files the command line names, in order, each once.
+
+    Each spec is a file (taken whatever its name), a directory (every file whose name ends
+    in ``.json``, ``.jsonl`` or ``.traj`` directly or recursively below it; hidden files
+    and directories skipped, no symlink followed out of it) or a glob (``*``, ``?``,
+    ``[...]``; ``**`` matches any number of directories; hidden names only when the
+    pattern spells the dot; files matched are taken whatever their names, directories
+    matched are walked as above). A path that exists is never read as a glob. Files come
+    in spec order, then in name order within a spec (compared component by component, so
+    that a directory's files stay together); a file named twice, by another path or through a
+    link, is kept at its first place. Paths are returned as spelled, not resolved.
+
+    Raises :class:`~kilo_rules.errors.SessionError` located at the spec on the command line:
+    ``simulate.session-not-found`` for a missing file or an unreadable directory,
+    ``simulate.no-sessions`` for a directory or glob with no session in it (or no spec at
+    all), and ``simulate.too-many-sessions`` as soon as there are more than ``limit``
+    files (so that a mistaken ``/`` is not walked to the end).
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    if not specs:
+        raise SessionError(
+            Diagnostic(
+                "simulate.no-sessions",
+                "no session given",
+                Location(COMMAND_LINE, 1, 1),
+                hint="name session files, directories of sessions or globs",
+            )
+        )
+    seen: set[Path] = set()
+    out: list[Path] = []
+    for index in range(len(specs)):
+        for path in _expand_one(specs, index, limit):
+            key = path.resolve()
+            if key not in seen:
+                seen.add(key)
+                out.append(path)
+        if len(out) > limit:
+            raise _too_many(specs, index, limit)
+    return out
+
+
+def _expand_one(specs: Sequence[str], index: int, limit: int) -> list[Path]:
+    """One spec's files, sorted, each once."""
+    spec = specs[index]
+    path = Path(spec)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        found = _walk(path)
+        what = f"no session files ({', '.join(SESSION_SUFFIXES)}) in the directory {spec!r}"
+    elif _GLOB_MAGIC.intersection(spec):
+        found = _glob(spec)
+        what = f"no session files match {spec!r}"
+    else:
+        problem = "is not a file or a directory" if path.exists() else "does not exist"
+        raise SessionError(
+            Diagnostic(
+                "simulate.session-not-found",
+                f"the session {spec!r} {problem}",
+                _at(specs, index),
+                details={"spec": spec},
+            )
+        )
+    # Sorted before de-duplication, so that of two names for one file the first in name
+    # order is kept; the distinct files are counted as they come, to stop a huge tree early.
+    raw: list[Path] = []
+    distinct: set[Path] = set()
+    try:
+        for hit in found:
+            raw.append(hit)
+            distinct.add(hit.resolve())
+            if len(distinct) > limit:
+                raise _too_many(specs, index, limit)
+    except OSError as exc:
+        where = exc.filename or spec
+        raise SessionError(
+            Diagnostic(
+                "simulate.session-not-found",
+                f"cannot read the directory {str(where)!r}: {exc.strerror or exc}",
+                _at(specs, index),
+                details={"spec": spec, "path": str(where)},
+            )
+        ) from exc
+    if not raw:
+        raise SessionError(
+            Diagnostic(
+                "simulate.no-sessions",
+                what,
+                _at(specs, index),
+                details={"spec": spec},
+                hint="hidden files, and in directories names with other extensions, are skipped",
+            )
+        )
+    kept: dict[Path, Path] = {}
+    for hit in sorted(raw):
+        kept.setdefault(hit.resolve(), hit)
+    return list(kept.values())
+
+
+# --- running them -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[T]):
+    """What the work gave for one session: its value, or the error it raised
+    (``"TypeName: message"``), never both."""
+
+    path: Path
+    value: T | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the work finished without raising."""
+        return self.error is None
+
+
+def _error_text(exc: BaseException) -> str:
+    message = str(exc)
+    name = type(exc).__name__
+    return f"{name}: {message}" if message else name
+
+
+def _default_workers() -> int:
+    # The CPUs this process may run on, which a container or taskset can make fewer than
+    # the machine has.
+    if hasattr(os, "sched_getaffinity"):
+        count = len(os.sched_getaffinity(0))
+    else:  # pragma: no cover - macOS and Windows
+        count = os.cpu_count() or 1
+    return max(1, min(count, MAX_WORKERS))
+
+
+def run_corpus(
+    paths: Sequence[Path],
+    work: Callable[[Path], T],
+    *,
+    executor: Executor = "process",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: Progress | None = None,
+) -> list[Outcome[T]]:
+    """``work(path)`` for every path, one :class:`Outcome` per path in input order.
+
+    An exception raised by ``work`` (or a worker lost under it) becomes that path's
+    ``Outcome.error``; the others still run. ``progress(done, total, path)`` is called in
+    this process as each path finishes, in the order they finish.
+
+    ``executor``:
+
+    - ``"process"``: a pool of ``workers`` processes (default: the CPUs available), started
+      fresh (spawn or forkserver, never fork: the caller may hold threads) and each
+      replaced after :data:`MAX_TASKS_PER_CHILD` paths. ``work`` and its results must
+      pickle (``work`` a module-level function).
+    - ``"dask"``: a Dask cluster; the one at ``scheduler`` (an address such as
+      ``tcp://10.0.0.5:8786``) when given, else a local cluster of ``workers`` processes
+      started and closed by this call. Needs the ``distributed`` extra
+      (:class:`~kilo_rules.errors.KiloRulesError` otherwise).
+    - ``"serial"``: one after another in this process.
+
+    ``workers`` must be between 1 and :data:`MAX_WORKERS`; it is ignored by ``"serial"``
+    and when a ``scheduler`` is given, whose cluster has its own workers.
+    """
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise ValueError(f"workers must be between 1 and {MAX_WORKERS}, got {workers}")
+    if scheduler is not None and executor != "dask":
+        raise ValueError(f"a scheduler address needs the dask executor, not {executor!r}")
+    paths = list(paths)
+    if executor == "serial":
+        return _run_serial(paths, work, progress)
+    if executor == "process":
+        return _run_processes(paths, work, workers, progress)
+    if executor == "dask":
+        return _run_dask(paths, work, workers, scheduler, progress)
+    raise ValueError(f"unknown executor {executor!r}: process, dask or serial")
+
+
+class _Collector(Generic[T]):
+    """Outcomes filled in as paths finish, in any order, and the progress calls."""
+
+    def __init__(self, paths: list[Path], progress: Progress | None) -> None:
+        self.paths = paths
+        self.progress = progress
+        self.slots: list[Outcome[T] | None] = [None] * len(paths)
+        self.done = 0
+
+    def value(self, index: int, value: T) -> None:
+        self._put(index, Outcome(self.paths[index], value, None))
+
+    def error(self, index: int, exc: BaseException) -> None:
+        self._put(index, Outcome(self.paths[index], None, _error_text(exc)))
+
+    def _put(self, index: int, outcome: Outcome[T]) -> None:
+        self.slots[index] = outcome
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, len(self.paths), outcome.path)
+
+    def outcomes(self) -> list[Outcome[T]]:
+        missing = [self.paths[i] for i, slot in enumerate(self.slots) if slot is None]
+        if missing:  # an executor returned without an answer for every path: a bug here
+            raise RuntimeError(f"no outcome for {len(missing)} sessions, e.g. {missing[0]}")
+        return [slot for slot in self.slots if slot is not None]
+
+
+def _run_serial(
+    paths: list[Path], work: Callable[[Path], T], progress: Progress | None
+) -> list[Outcome[T]]:
+    results: _Collector[T] = _Collector(paths, progress)
+    for index, path in enumerate(paths):
+        try:
+            value = work(path)
+        except Exception as exc:  # one bad session must not end the run
+            results.error(index, exc)
+        else:
+            results.value(index, value)
+    return results.outcomes()
+
+
+def _start_method() -> str:
+    # forkserver forks each worker from a small clean server (quicker than spawn where it
+    # exists: Linux); fork itself could copy a lock another thread of the caller holds.
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def _check_picklable(work: Callable[[Path], Any]) -> None:
+    # The pool would pickle it in a background thread and fail every path one by one with
+    # the same error: say it once, before anything starts.
+    try:
+        pickle.dumps(work)
+    except Exception as exc:
+        raise TypeError(
+            f"the work function must pickle to run in worker processes (a module-level "
+            f"function, not a lambda or a closure): {_error_text(exc)}"
+        ) from exc
+
+
+def _run_processes(
+    paths: list[Path],
+    work: Callable[[Path], T],
+    workers: int | None,
+    progress: Progress | None,
+) -> list[Outcome[T]]:
+    results: _Collector[T] = _Collector(paths, progress)
+    if not paths:
+        return results.outcomes()
+    _check_picklable(work)
+    count = min(workers or _default_workers(), len(paths))
+    pool = ProcessPoolExecutor(
+        max_workers=count,
+        mp_context=multiprocessing.get_context(_start_method()),
+        max_tasks_per_child=MAX_TASKS_PER_CHILD,
+    )
+    try:
+        futures: dict[Future[T], int] = {pool.submit(work, p): i for i, p in enumerate(paths)}
+        for future in as_completed(futures):
+            index = futures[future]
+            # A worker that dies (killed, out of memory) breaks the pool: every path not
+            # finished yet gets BrokenProcessPool here, and the run still ends with a report.
+            exc = future.exception()
+            if exc is not None:
+                results.error(index, exc)
+            else:
+                results.value(index, future.result())
+    except BaseException:
+        # Interrupted, or progress raised: drop what has not started instead of running
+        # the rest of the corpus before the error surfaces.
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results.outcomes()
+
+
+def _distributed_missing(exc: ImportError) -> KiloRulesError:
+    return KiloRulesError(
+        Diagnostic(
+            "simulate.distributed-missing",
+            _DISTRIBUTED_MISSING,
+            Location(COMMAND_LINE, 1, 1),
+            details={"missing": exc.name or str(exc)},
+        )
+    )
+
+
+def _run_dask(
+    paths: list[Path],
+    work: Callable[[Path], T],
+    workers: int | None,
+    scheduler: str | None,
+    progress: Progress | None,
+) -> list[Outcome[T]]:
+    try:
+        from dask.distributed import Client, LocalCluster
+        from dask.distributed import as_completed as dask_completed
+    except ImportError as exc:
+        raise _distributed_missing(exc) from exc
+    results: _Collector[T] = _Collector(paths, progress)
+    if not paths:
+        return results.outcomes()
+    # distributed's constructors and as_completed carry no annotations, hence the ignores.
+    with contextlib.ExitStack() as stack:
+        if scheduler is not None:
+            client = stack.enter_context(Client(scheduler))  # type: ignore[no-untyped-call]
+        else:
+            cluster = stack.enter_context(
+                LocalCluster(  # type: ignore[no-untyped-call]
+                    n_workers=min(workers or _default_workers(), len(paths)),
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                )
+            )
+            client = stack.enter_context(Client(cluster))  # type: ignore[no-untyped-call]
+        # pure=False: the same path run twice is two runs (the file may have changed).
+        futures = client.map(work, paths, pure=False)
+        index = {future.key: i for i, future in enumerate(futures)}
+        try:
+            for future in dask_completed(futures):  # type: ignore[no-untyped-call]
+                i = index[future.key]
+                if future.status == "error":
+                    results.error(i, future.exception())
+                elif future.status == "cancelled":
+                    results.error(i, RuntimeError("cancelled by the cluster"))
+                else:
+                    results.value(i, future.result())
+        finally:
+            # On an error or an interrupt, tell the scheduler to drop what has not run.
+            client.cancel(futures)
+    return results.outcomes()
+
+
+# --- progress -----------------------------------------------------------------------------
+
+
+def _rich_available() -> bool:
+    try:
+        import rich.progress  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def progress_reporter(
+    total: int,
+    *,
+    stream: TextIO | None = None,
+    force_terminal: bool | None = None,
+) -> Iterator[Progress]:
+    """A ``progress(done, total, path)`` callback for :func:`run_corpus`, drawn on
+    ``stream`` (default: standard error) while the block runs.
+
+    On a terminal, with rich installed (the ``report`` extra), a progress bar: done/total,
+    elapsed time, time remaining and the file that just finished. Anywhere else plain lines
+    ``simulate: 12/100 sessions (path)``, at most one a second plus the last one, so that
+    CI logs stay short. ``force_terminal`` True or False overrides the terminal detection.
+    """
+    out = sys.stderr if stream is None else stream
+    if force_terminal is None:
+        isatty = getattr(out, "isatty", None)
+        terminal = bool(isatty()) if callable(isatty) else False
+    else:
+        terminal = force_terminal
+    if terminal and _rich_available():
+        with _rich_reporter(total, out, terminal=True) as report:
+            yield report
+    else:
+        with _plain_reporter(total, out) as report:
+            yield report
+
+
+@contextlib.contextmanager
+def _rich_reporter(total: int, stream: TextIO, *, terminal: bool) -> Iterator[Progress]:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.progress import Progress as Bar
+
+    bar = Bar(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[file]}", markup=False),
+        console=Console(file=stream, force_terminal=terminal, stderr=stream is sys.stderr),
+    )
+    task = bar.add_task("simulate", total=total, file="")
+
+    def report(done: int, total: int, path: Path) -> None:
+        bar.update(task, completed=done, total=total, file=path.name)
+
+    with bar:
+        yield report
+
+
+@contextlib.contextmanager
+def _plain_reporter(total: int, stream: TextIO) -> Iterator[Progress]:
+    last_printed = _now()
+    state: dict[str, Any] = {"done": 0, "total": total, "path": None, "shown": 0}
+
+    def line() -> None:
+        path = state["path"]
+        where = f" ({path})" if path is not None else ""
+        stream.write(f"simulate: {state['done']}/{state['total']} sessions{where}\n")
+        stream.flush()
+        state["shown"] = state["done"]
+
+    def report(done: int, total: int, path: Path) -> None:
+        nonlocal last_printed
+        state.update(done=done, total=total, path=path)
+        now = _now()
+        if done >= total or now - last_printed >= PLAIN_INTERVAL:
+            line()
+            last_printed = now
+
+    try:
+        yield report
+    finally:
+        # An interrupted run still says how far it got.
+        if state["done"] != state["shown"]:
+            line()
+
+
+# --- adding them up -----------------------------------------------------------------------
+
+
+def _nearest_rank(values: Sequence[float], percent: float) -> float:
+    ordered = sorted(values)
+    rank = max(1, math.ceil(percent / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _floor_cost(doc: Mapping[str, Any]) -> float | None:
+    floor = doc.get("floor")
+    if not isinstance(floor, Mapping):
+        return None
+    cost = floor.get("cost_usd")
+    return float(cost) if isinstance(cost, int | float) else None
+
+
+def _report_cost(doc: Mapping[str, Any], report: Mapping[str, Any]) -> float | None:
+    if doc.get("prices") is None:
+        return None
+    cost = report.get("cost_usd")
+    return float(cost) if isinstance(cost, int | float) else None
+
+
+def _report_ratio(doc: Mapping[str, Any], report: Mapping[str, Any]) -> float | None:
+    ratio = report.get("floor_ratio")
+    if isinstance(ratio, int | float):
+        return float(ratio)
+    cost, floor = _report_cost(doc, report), _floor_cost(doc)
+    return cost / floor if cost is not None and floor else None
+
+
+_TOKEN_KEYS = ("compactions", "provider_overflows", "input", "cache_read", "cache_write", "output")
+
+
+class _PolicyTotals:
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+        self.sessions = 0
+        self.stopped = 0
+        self.completed = 0
+        self.sums = dict.fromkeys(_TOKEN_KEYS, 0)
+        self.costs: list[float] = []
+        self.cost_known = True
+        self.floor = 0.0
+        self.floor_known = True
+
+    def add(self, doc: Mapping[str, Any], report: Mapping[str, Any]) -> None:
+        self.sessions += 1
+        if report.get("stopped"):
+            # Its totals cover part of the session: adding them would make a policy that
+            # gives up look cheap.
+            self.stopped += 1
+            return
+        self.completed += 1
+        for key in _TOKEN_KEYS:
+            self.sums[key] += int(report.get(key) or 0)
+        cost = _report_cost(doc, report)
+        if cost is None:
+            self.cost_known = False
+        else:
+            self.costs.append(cost)
+        floor = _floor_cost(doc)
+        if floor is None:
+            self.floor_known = False
+        else:
+            self.floor += floor
+
+    def to_json(self) -> dict[str, Any]:
+        priced = self.cost_known and bool(self.costs)
+        cost = math.fsum(self.costs) if priced else None
+        floor = self.floor if self.floor_known and self.completed else None
+        return {
+            "policy": self.policy,
+            "sessions": self.sessions,
+            "stopped": self.stopped,
+            "cost_usd": cost,
+            **self.sums,
+            "floor_cost_usd": floor,
+            "floor_ratio": cost / floor if cost is not None and floor else None,
+            "cost_p50": _nearest_rank(self.costs, 50) if priced else None,
+            "cost_p90": _nearest_rank(self.costs, 90) if priced else None,
+            "cost_max": max(self.costs) if priced else None,
+        }
+
+
+def aggregate(docs: Sequence[Mapping[str, Any]], *, worst: int = 10) -> dict[str, Any]:
+    """Per-policy totals over per-session simulation documents, and the worst sessions.
+
+    Each document is what ``kilo-rules simulate --format json`` prints for one session
+    (``session``, ``prices``, ``reports``; optionally ``floor.cost_usd`` and each report's
+    ``floor_ratio``); a document with a non-null ``error`` is a session whose simulation
+    failed, counted in ``failed`` and nowhere else.
+
+    Returns ``{"policies": [...], "worst": [...], "sessions": n, "failed": m}``. Each
+    policy, in the order first seen: ``sessions`` simulated and how many ``stopped`` early;
+    ``cost_usd``, the token sums, ``compactions`` and ``provider_overflows`` over the
+    sessions that did *not* stop (a stopped run's totals are partial); ``floor_cost_usd``
+    (the floors of the same sessions) and ``floor_ratio``; the per-session cost
+    distribution ``cost_p50``, ``cost_p90`` (nearest rank) and ``cost_max``. A cost is
+    null when a document has no prices or no session completed; a floor when a document
+    has none.
+
+    ``worst`` lists that many (session, policy) pairs, stopped ones first, then by
+    ``floor_ratio`` (those without one by cost), highest first.
+    """
+    if worst < 0:
+        raise ValueError(f"worst must be 0 or more, got {worst}")
+    totals: dict[str, _PolicyTotals] = {}
+    pairs: list[dict[str, Any]] = []
+    failed = 0
+    for doc in docs:
+        if doc.get("error") is not None:
+            failed += 1
+            continue
+        session = str(doc.get("session", ""))
+        for report in doc.get("reports") or ():
+            policy = str(report.get("policy", ""))
+            totals.setdefault(policy, _PolicyTotals(policy)).add(doc, report)
+            pairs.append(
+                {
+                    "session": session,
+                    "policy": policy,
+                    "cost_usd": _report_cost(doc, report),
+                    "floor_ratio": _report_ratio(doc, report),
+                    "compactions": int(report.get("compactions") or 0),
+                    "stopped": bool(report.get("stopped")),
+                }
+            )
+    pairs.sort(key=_worst_key)
+    return {
+        "policies": [t.to_json() for t in totals.values()],
+        "worst": pairs[:worst],
+        "sessions": len(docs),
+        "failed": failed,
+    }
+
+
+def _worst_key(pair: Mapping[str, Any]) -> tuple[int, int, float, str, str]:
+    ratio, cost = pair["floor_ratio"], pair["cost_usd"]
+    # Lower sorts first: stopped, then measured against a floor, then by cost only, then
+    # pairs with nothing to rank by; ties in session then policy order.
+    if ratio is not None:
+        rank, value = 0, -ratio
+    elif cost is not None:
+        rank, value = 1, -cost
+    else:
+        rank, value = 2, 0.0
+    return (0 if pair["stopped"] else 1, rank, value, pair["session"], pair["policy"])
+
+
+_POLICY_HEADERS: tuple[str, ...] = (
+    "policy",
+    "sessions",
+    "stopped",
+    "compactions",
+    "overflows",
+    "input",
+    "cache read",
+    "cache write",
+    "output",
+    "cost $",
+    "p50 $",
+    "p90 $",
+    "max $",
+    "floor $",
+    "vs floor",
+)
+
+_WORST_HEADERS: tuple[str, ...] = (
+    "session",
+    "policy",
+    "cost $",
+    "vs floor",
+    "compactions",
+    "stopped",
+)
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def aggregate_rows(agg: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The policy table of an :func:`aggregate` result as text cells: the headers and one
+    row per policy (the policy name first, then numbers, to right-align)."""
+    rows: list[tuple[str, ...]] = [
+        (
+            str(p["policy"]),
+            f"{p['sessions']:,}",
+            f"{p['stopped']:,}",
+            *(f"{p[key]:,}" for key in _TOKEN_KEYS),
+            _money(p["cost_usd"]),
+            _money(p["cost_p50"]),
+            _money(p["cost_p90"]),
+            _money(p["cost_max"]),
+            _money(p["floor_cost_usd"]),
+            _ratio(p["floor_ratio"]),
+        )
+        for p in agg["policies"]
+    ]
+    return _POLICY_HEADERS, rows
+
+
+def worst_rows(agg: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The worst-sessions list of an :func:`aggregate` result as text cells: the headers
+    and one row per (session, policy) pair, worst first."""
+    rows: list[tuple[str, ...]] = [
+        (
+            str(w["session"]),
+            str(w["policy"]),
+            _money(w["cost_usd"]),
+            _ratio(w["floor_ratio"]),
+            f"{w['compactions']:,}",
+            "yes" if w["stopped"] else "",
+        )
+        for w in agg["worst"]
+    ]
+    return _WORST_HEADERS, rows

@@ -1,0 +1,48 @@
+"""Work functions for tests/test_fleet.py, at module level so that worker processes
+(a process pool, a Dask cluster) can import them by name."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from kilo_rules.plan import Plan
+
+MODEL = "anthropic/claude-sonnet-4-5"
+POLICIES = ("kilo-default", "cache-max")
+
+
+def read_number(path: Path) -> int:
+    """The integer the file holds; a file holding anything else raises ValueError."""
+    return int(path.read_text(encoding="utf-8"))
+
+
+def process_id(path: Path) -> int:
+    """The id of the process the work ran in."""
+    return os.getpid()
+
+
+@cache
+def _plans() -> tuple[Plan, ...]:
+    # Once per worker process: every session of the corpus replays under the same plans.
+    from kilo_rules.compile import compile_policy
+
+    return tuple(compile_policy(p, MODEL) for p in POLICIES)
+
+
+def simulate_session(path: Path) -> dict[str, Any]:
+    """The simulation document of one session under POLICIES on MODEL, without steps."""
+    from kilo_rules.importers import read_session
+    from kilo_rules.simulate import simulate
+
+    plans = _plans()
+    reports = simulate(read_session(path), plans)
+    prices = plans[0].model.prices
+    return {
+        "session": str(path),
+        "model": MODEL,
+        "prices": prices.model_dump(mode="json") if prices else None,
+        "reports": [r.to_json(steps=False) for r in reports],
+    }

@@ -1,0 +1,193 @@
+"""simulate's calibration against recorded usage, and the cost floor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kilo_rules.catalog import ModelInfo, bundled_catalog
+from kilo_rules.compile import compile_policy
+from kilo_rules.errors import SessionError
+from kilo_rules.importers import read_session
+from kilo_rules.session import Session, TokenUsage
+from kilo_rules.simulate import (
+    Calibration,
+    SimulationReport,
+    cost_floor,
+    fit_calibration,
+    session_document,
+    simulate,
+)
+
+from .conftest import SHARED
+from .runtime.helpers import assistant, model, session, text, tool, user
+
+TRAJECTORIES = SHARED / "data" / "trajectories"
+OPUS = TRAJECTORIES / "claude-code-opus46-spotter-8463c716.jsonl"
+SONNET = TRAJECTORIES / "claude-code-sonnet45-subagent-a2898e3.jsonl"
+PRICES = {"input": 3.0, "output": 15.0, "cache_write": 3.75, "cache_read": 0.3}
+
+needs_shared = pytest.mark.skipif(not OPUS.is_file(), reason="shared trajectories absent")
+
+
+def _opus_200k() -> ModelInfo:
+    """Opus 4.6 with the 200k window Claude Code ran it with (the catalog's is 1M)."""
+    m = bundled_catalog().get("anthropic/claude-opus-4-6")
+    return m.model_copy(update={"limits": m.limits.model_copy(update={"context": 200_000})})
+
+
+def _pre_compaction_error(report: SimulationReport, session: Session) -> float:
+    """Median |simulated − recorded| / recorded over the steps before the agent's own
+    compaction (after it, the recorded context is a summary)."""
+    kept_until = next(
+        (i for i, m in enumerate(session.messages) if m.id == "msg_000714"), len(session.messages)
+    )
+    before = {m.id for m in session.messages[:kept_until]}
+    errors = sorted(
+        abs(s.cache.input - s.recorded_input) / s.recorded_input
+        for s in report.steps
+        if s.recorded_input and s.message_id in before
+    )
+    assert len(errors) >= 10
+    return errors[len(errors) // 2]
+
+
+@pytest.fixture(scope="module")
+def opus() -> tuple[Session, ModelInfo, Calibration, SimulationReport, SimulationReport]:
+    sess = read_session(str(OPUS))
+    m = _opus_200k()
+    plan = compile_policy("kilo-default", m)
+    cal = fit_calibration(plan, sess)
+    assert cal is not None
+    (plain,) = simulate(sess, [plan])
+    (calibrated,) = simulate(sess, [plan], calibration=cal)
+    return sess, m, cal, plain, calibrated
+
+
+@needs_shared
+def test_the_fit_explains_the_recorded_usage(
+    opus: tuple[Session, ModelInfo, Calibration, SimulationReport, SimulationReport],
+) -> None:
+    sess, _, cal, plain, calibrated = opus
+    # A tokenizer ratio a little over 1 and the hidden prefix of Claude Code's own system
+    # prompt and tools (tens of thousands of tokens).
+    assert 1.05 <= cal.factor <= 1.2
+    assert 20_000 <= cal.offset <= 60_000
+    assert cal.steps >= 60
+    assert cal.median_abs_error is not None and cal.median_abs_error < 0.03
+    assert _pre_compaction_error(plain, sess) > 0.2  # uncalibrated: off by a quarter or more
+    assert _pre_compaction_error(calibrated, sess) < 0.03
+
+
+@needs_shared
+def test_the_calibrated_replay_compacts_where_the_agent_had_to(
+    opus: tuple[Session, ModelInfo, Calibration, SimulationReport, SimulationReport],
+) -> None:
+    sess, _, _, plain, calibrated = opus
+    # The agent compacted (msg_000714/715) before the request the replay numbers 72.
+    first_after = next(s.index for s in calibrated.steps if s.message_id > "msg_000715")
+    assert first_after == 72
+    assert [s.index for s in calibrated.steps if s.compactions] == [72]
+    uncalibrated = [s.index for s in plain.steps if s.compactions]
+    assert uncalibrated and uncalibrated[0] > 100  # the undercount compacts 40 requests late
+
+
+@needs_shared
+def test_the_small_session_is_calibrated_too() -> None:
+    sess = read_session(str(SONNET))
+    plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
+    cal = fit_calibration(plan, sess)
+    assert cal is not None and cal.steps == 12
+    assert cal.median_abs_error is not None and cal.median_abs_error < 0.03
+    (report,) = simulate(sess, [plan], calibration=cal)
+    errors = sorted(
+        abs(s.cache.input - (s.recorded_input or 0)) / (s.recorded_input or 1) for s in report.steps
+    )
+    assert errors[len(errors) // 2] < 0.03
+
+
+def _turns() -> Session:
+    words = " ".join(f"w{i}" for i in range(1500))
+    return session(
+        user("u1", "Please review: " + words),
+        assistant("a1", tool("p1", output=words), tokens=TokenUsage(output=40)),
+        assistant("a2", text("p2", "Done."), tokens=TokenUsage(output=10)),
+        user("u2", "And now this: " + words),
+        assistant("a3", text("p3", "Fine."), tokens=TokenUsage(output=5)),
+    )
+
+
+def test_a_declared_calibration_scales_counts_and_caches_the_hidden_prefix() -> None:
+    plan = compile_policy("kilo-default", model(prices=PRICES))
+    (plain,) = simulate(_turns(), [plan])
+    cal = Calibration(factor=1.25, offset=5000)
+    (scaled,) = simulate(_turns(), [plan], calibration=cal)
+    # each block is scaled and rounded on its own: a few tokens of rounding at most
+    for s, p in zip(scaled.steps, plain.steps, strict=True):
+        assert abs(s.cache.input - (1.25 * p.cache.input + 5000)) <= 8
+    # the hidden prefix sits in front of the first breakpoint: written once, then read
+    assert scaled.steps[0].cache.write >= 5000
+    assert scaled.steps[1].cache.read >= 5000
+    assert scaled.cost is not None and plain.cost is not None and scaled.cost > plain.cost
+
+
+@pytest.mark.parametrize(("factor", "offset"), [(0.0, 0), (11.0, 0), (1.0, -1), (1.0, 10**8)])
+def test_a_calibration_out_of_range_is_refused(factor: float, offset: int) -> None:
+    with pytest.raises(ValueError, match="outside"):
+        Calibration(factor, offset)
+
+
+def test_a_log_without_usage_cannot_be_calibrated() -> None:
+    plan = compile_policy("kilo-default", model(prices=PRICES))
+    sess = session(
+        user("u1", "hello " * 50),
+        assistant("a1", text("p1", "hi")),
+        user("u2", "again " * 50),
+        assistant("a2", text("p2", "yes")),
+    )
+    assert fit_calibration(plan, sess) is None
+    doc = session_document(sess, [plan], name="s.json")
+    assert doc["calibration"] is None
+    with pytest.raises(SessionError) as info:
+        session_document(sess, [plan], name="s.json", calibrate=True)
+    assert info.value.diagnostics[0].code == "simulate.no-usage"
+    declared = session_document(sess, [plan], name="s.json", declared=Calibration(1.1, 100))
+    assert declared["calibration"]["applied"] is True
+    assert declared["calibration"]["declared"] is True
+
+
+def test_the_floor_writes_each_token_once_and_reads_it_after() -> None:
+    plan = compile_policy("kilo-default", model(prices=PRICES))
+    sess = _turns()
+    floor = cost_floor(plan, sess)
+    (report,) = simulate(sess, [plan])
+    sizes = [s.cache.input for s in report.steps]
+    # Three requests: the floor's first is the whole first request, each later one adds
+    # the new messages; writes sum to the last size, reads to the earlier sizes.
+    assert floor.cache_write == floor.input - floor.cache_read
+    assert floor.cache_read < floor.input
+    assert abs(floor.cache_write - sizes[-1]) <= 0.05 * sizes[-1]
+    assert floor.output == 55
+    want = (floor.cache_write * 3.75 + floor.cache_read * 0.3 + 55 * 15.0) / 1e6
+    assert floor.cost == pytest.approx(want)
+    # kilo-default keeps the whole history here, so it cannot beat the floor
+    assert report.cost is not None and report.cost >= floor.cost * 0.99
+
+
+def test_the_session_document_holds_the_floor_and_each_ratio() -> None:
+    plans = [compile_policy(name, model(prices=PRICES)) for name in ("kilo-default", "local-small")]
+    doc = session_document(_turns(), plans, name="turns.json")
+    floor = doc["floor"]["cost_usd"]
+    assert floor > 0
+    for r in doc["reports"]:
+        assert r["floor_ratio"] == pytest.approx(r["cost_usd"] / floor)
+        assert r["compaction_limit"] == plans[0].usable() or r["policy"] != "kilo-default"
+        assert all("prunes" in s and "recorded_input" in s for s in r["steps"])
+
+
+def test_plans_for_different_models_are_refused(tmp_path: Path) -> None:
+    a = compile_policy("kilo-default", model(prices=PRICES))
+    b = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
+    with pytest.raises(ValueError, match="same model"):
+        session_document(_turns(), [a, b], name="x")
