@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import logging
 import math
 import multiprocessing
 import os
@@ -464,6 +465,9 @@ def _run_dask(
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=None,
+                    # A failing session is reported in its Outcome; the workers' own
+                    # log of it (a traceback per session) would bury the progress.
+                    silence_logs=logging.CRITICAL,
                 )
             )
             client = stack.enter_context(Client(cluster))  # type: ignore[no-untyped-call]
@@ -518,7 +522,7 @@ def progress_reporter(
     else:
         terminal = force_terminal
     if terminal and _rich_available():
-        with _rich_reporter(total, out, terminal=True) as report:
+        with _rich_reporter(total, out) as report:
             yield report
     else:
         with _plain_reporter(total, out) as report:
@@ -526,7 +530,7 @@ def progress_reporter(
 
 
 @contextlib.contextmanager
-def _rich_reporter(total: int, stream: TextIO, *, terminal: bool) -> Iterator[Progress]:
+def _rich_reporter(total: int, stream: TextIO) -> Iterator[Progress]:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -544,7 +548,8 @@ def _rich_reporter(total: int, stream: TextIO, *, terminal: bool) -> Iterator[Pr
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         TextColumn("{task.fields[file]}", markup=False),
-        console=Console(file=stream, force_terminal=terminal, stderr=stream is sys.stderr),
+        # Forced: the caller decided this is a terminal (a test may hand in a StringIO).
+        console=Console(file=stream, force_terminal=True),
     )
     task = bar.add_task("simulate", total=total, file="")
 

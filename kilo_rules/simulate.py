@@ -18,13 +18,14 @@ each plan decides for itself where to compact.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from .cachesim import Block, CacheSimulator, CacheStep, blocks
-from .catalog import Prices
+from .catalog import ModelInfo, Prices
 from .errors import ContextOverflowError, Diagnostic, KiloRulesError, Location, SessionError
 from .plan import Plan
 from .runtime.facade import Runtime, StepResult
@@ -38,6 +39,7 @@ __all__ = [
     "Calibration",
     "Floor",
     "ReplayStep",
+    "SessionJob",
     "SimulationReport",
     "SimulationStep",
     "cost_floor",
@@ -725,3 +727,41 @@ def session_document(
         "floor": floor.to_json(),
         "reports": out_reports,
     }
+
+
+@dataclass(frozen=True)
+class SessionJob:
+    """One session file simulated under the same policies, as a picklable callable: a
+    corpus run sends it to worker processes (or a Dask cluster), which compile the
+    policies themselves (a compiled plan holds closures and does not travel) under the
+    read roots given here (a worker does not inherit the caller's)."""
+
+    policies: tuple[str, ...]
+    model: ModelInfo
+    config: Mapping[str, Any] = field(default_factory=dict)
+    read_roots: tuple[str, ...] = ()
+    calibrate: bool = False
+    declared: Calibration | None = None
+    lookback: int | None = 20
+    seconds_per_step: float | None = None
+    steps: bool = True
+    run: int | None = None
+
+    def __call__(self, path: Path) -> dict[str, Any]:
+        from .compile import compile_policy
+        from .importers import read_session
+        from .sandbox import allow_read
+
+        with allow_read(self.read_roots):
+            plans = [compile_policy(p, self.model, config=dict(self.config)) for p in self.policies]
+            session = read_session(path, run=self.run)
+            return session_document(
+                session,
+                plans,
+                name=str(path),
+                calibrate=self.calibrate,
+                declared=self.declared,
+                lookback=self.lookback,
+                seconds_per_step=self.seconds_per_step,
+                steps=self.steps,
+            )

@@ -166,8 +166,6 @@ def test_an_empty_directory_or_glob_is_no_sessions(tmp_path: Path) -> None:
     )
     assert diag.location.col == 1
 
-    diag = error_of(["a.jsonl", str(tmp_path / "*.traj")]).diagnostic
-    assert diag.code == "simulate.session-not-found"  # the first spec already fails
     touch(tmp_path, "a.jsonl")
     spec = str(tmp_path / "*.traj")
     diag = error_of([str(tmp_path / "a.jsonl"), spec]).diagnostic
@@ -268,10 +266,10 @@ def test_dask_runs_on_the_cluster_at_a_scheduler_address(tmp_path: Path) -> None
     from dask.distributed import Client, LocalCluster
 
     paths = numbers(tmp_path, ["1"] * 6)
-    with LocalCluster(
+    with LocalCluster(  # type: ignore[no-untyped-call]
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
-        with Client(cluster) as client:
+        with Client(cluster) as client:  # type: ignore[no-untyped-call]
             worker_pids = set(client.run(os.getpid).values())
         outcomes = run_corpus(
             paths,
@@ -300,8 +298,9 @@ def test_dask_without_the_extra_says_how_to_install_it(
 
 
 def test_empty_corpus_starts_nothing() -> None:
-    for executor in ("serial", "process", "dask"):
-        assert run_corpus([], fleet_work.read_number, executor=executor) == []  # type: ignore[arg-type]
+    executors: list[fleet.Executor] = ["serial", "process", "dask"]
+    for executor in executors:
+        assert run_corpus([], fleet_work.read_number, executor=executor) == []
 
 
 def test_workers_are_bounded_and_a_scheduler_needs_dask(tmp_path: Path) -> None:
@@ -509,12 +508,13 @@ def test_worst_lists_stopped_first_then_by_floor_ratio_then_by_cost() -> None:
         doc("s2", report("a", 1.0, floor_ratio=5.0), report("b", 1.0, stopped=True), floor=1.0),
         doc("s3", report("a", 7.0), report("b", 8.0)),  # no floor: ranked by cost
     ]
-    worst = aggregate(docs, worst=4)["worst"]
+    worst = aggregate(docs, worst=5)["worst"]
     assert [(w["session"], w["policy"]) for w in worst] == [
         ("s2", "b"),
         ("s2", "a"),  # the report's own floor_ratio wins over cost / floor
         ("s1", "b"),
-        ("s3", "b"),
+        ("s1", "a"),
+        ("s3", "b"),  # after every pair measured against a floor
     ]
     assert worst[0] == {
         "session": "s2",
@@ -525,7 +525,7 @@ def test_worst_lists_stopped_first_then_by_floor_ratio_then_by_cost() -> None:
         "stopped": True,
     }
     assert worst[2]["floor_ratio"] == 3.0
-    assert worst[3]["floor_ratio"] is None
+    assert worst[4]["floor_ratio"] is None
     assert aggregate(docs, worst=0)["worst"] == []
     assert len(aggregate(docs)["worst"]) == 6
     with pytest.raises(ValueError, match="worst"):

@@ -212,7 +212,7 @@ def test_a_small_session_is_under_the_minimum_and_a_model_without_prices_costs_n
     assert report.cache_read == report.cache_write == 0
     assert report.steps[0].cost is None and report.cost is None
     assert report.to_json()["cost_usd"] is None
-    assert "-" in format_table([report]).splitlines()[-1].split()
+    assert "-" in format_table([report.to_json(steps=False)]).splitlines()[-1].split()
 
 
 # ---------------------------------------------------------------- the bundled example log
@@ -282,10 +282,16 @@ def _example_args(*policies: str) -> list[str]:
 def test_cli_table_has_one_row_per_policy(capsys: pytest.CaptureFixture[str]) -> None:
     assert _cli(*_example_args("kilo-default", "cache-max")) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "cache read" in lines[1] and "vs first" in lines[1]
-    rows = {line.split()[0]: line.split() for line in lines[3:]}
+    header = next(i for i, line in enumerate(lines) if line.startswith("policy "))
+    assert "cache read" in lines[header] and "vs floor" in lines[header]
+    assert "vs first" in lines[header]
+    assert any(line.startswith("cost floor") for line in lines[:header])
+    assert any(line.startswith("calibration (fitted on 12") for line in lines[:header])
+    rows = {line.split()[0]: line.split() for line in lines[header + 2 :]}
     assert set(rows) == {"kilo-default", "cache-max"}
     assert rows["kilo-default"][-1] == "1.00x" and rows["kilo-default"][1] == "12"
+    # kilo-default keeps the whole history of this short session: it is at the floor
+    assert rows["kilo-default"][-2] == "1.00x"
 
 
 def test_cli_json_parses_with_per_step_detail(capsys: pytest.CaptureFixture[str]) -> None:
@@ -326,7 +332,7 @@ def test_a_replay_that_stops_early_says_so(tmp_path: Path) -> None:
     assert kilo.stopped and kilo.error is not None and "Compaction exhausted" in kilo.error
     assert len(kilo.steps) < kilo.requests_total == 40
     assert not long.stopped and len(long.steps) == 40 and long.compactions > 3
-    table = format_table([kilo, long])
+    table = format_table([kilo.to_json(steps=False), long.to_json(steps=False)])
     row = next(line for line in table.splitlines() if line.startswith("kilo-default"))
     assert f"{len(kilo.steps)} of 40, stopped" in row
     assert row.split()[-1] == "-"  # no cost ratio against a run that stopped early

@@ -26,7 +26,17 @@ EPILOG = "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in
 # Diagnostics about what was asked rather than about what a file holds: they exit like a
 # bad option. Every ``io.*`` code (a file that cannot be read or written) and every
 # ``config.*`` one (a bad --config or KILO_RULES_* value) is one too.
-_USAGE_CODES = frozenset({"import.run", "import.session-v1", "import.unknown-format"})
+_USAGE_CODES = frozenset(
+    {
+        "import.run",
+        "import.session-v1",
+        "import.unknown-format",
+        # simulate --session naming nothing that exists is a usage error, as a missing file
+        "simulate.no-sessions",
+        "simulate.session-not-found",
+        "simulate.too-many-sessions",
+    }
+)
 _USAGE_PREFIXES = ("io.", "config.")
 
 

@@ -1,22 +1,26 @@
-"""``kilo-rules simulate``: replay a recorded session under several policies and compare.
+"""``kilo-rules simulate``: replay recorded sessions under several policies and compare.
 
-One row per policy: requests, compactions, input tokens and how the prompt cache split
-them, output, the largest request against the window, the cost in USD and its ratio to
-the first policy. ``--format json`` prints every report with per-step detail. A policy
-that stops early (its compaction exhausted) is reported on stderr and exits 1.
+One session: one row per policy (requests, compactions, input tokens and how the prompt
+cache split them, output, the largest request against the window, the cost in USD, its
+ratio to the session's cost floor and to the first policy). Many sessions (several
+``--session``, a folder or a glob): they run in parallel on every core (or on a Dask
+cluster), with progress on stderr, and the report aggregates them per policy and lists the
+worst sessions. ``--format json`` prints every document with per-step detail; ``--html``
+writes the report with its charts. A policy that stops early (its compaction exhausted) or
+a session that cannot be simulated is reported on stderr and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from ..compile import compile_policy
-from ..importers import read_session
-from ..simulate import SimulationReport, simulate
+from ..errors import Diagnostic, KiloRulesError, Location
 from . import _options as opt
 from ._runner import EXIT_DIAGNOSTICS, EXIT_OK
 from ._table import render_table
@@ -32,6 +36,7 @@ _HEADERS = (
     "output",
     "max / window",
     "cost $",
+    "vs floor",
     "vs first",
 )
 
@@ -41,16 +46,45 @@ def register(sub: opt.Subcommands) -> None:
     p = opt.add_command(
         sub,
         "simulate",
-        summary="replay a recorded session under policies; compare cost",
-        description="Replay a recorded session step by step under one or more policies: "
-        "tokens, prompt-cache reads and writes, compactions and cost (docs/simulate.md).",
+        summary="replay recorded sessions under policies; compare cost",
+        description="Replay recorded sessions step by step under one or more policies: "
+        "tokens, prompt-cache reads and writes, compactions, cost and the cost floor "
+        "(docs/simulate.md).",
     )
     opt.add_model(p)
-    opt.add_session(p)
+    p.add_argument(
+        "--session",
+        action="append",
+        required=True,
+        metavar="FILE|DIR|GLOB",
+        help="a Session v1 file or a recorded agent log; a folder or a glob for many (repeatable)",
+    )
+    opt.add_run(p)
     opt.add_policy(p, many=True)
     opt.add_config(p)
     opt.add_allow_read(p)
     opt.add_format(p, what="; json: every report, step by step")
+    p.add_argument("--html", metavar="FILE", help="also write the report with its charts")
+    cal = p.add_argument_group("calibration")
+    cal.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="fit the log's recorded usage and replay with it (docs/simulate.md)",
+    )
+    cal.add_argument(
+        "--hidden-prefix",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="tokens the agent sent that the log does not hold (its system prompt, tools)",
+    )
+    cal.add_argument(
+        "--token-factor",
+        action="append",
+        default=[],
+        metavar="[PROVIDER=]F",
+        help="the provider's tokens per simulated token (repeatable, per provider)",
+    )
     p.add_argument(
         "--seconds-per-step",
         type=float,
@@ -65,78 +99,244 @@ def register(sub: opt.Subcommands) -> None:
         metavar="N",
         help="blocks before a breakpoint checked for a cache hit (0: any; default 20)",
     )
+    many = p.add_argument_group("many sessions")
+    many.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sessions replayed at once (default: every core)",
+    )
+    many.add_argument(
+        "--executor",
+        choices=("process", "dask", "serial"),
+        default=None,
+        help="local processes (default), a Dask cluster (the distributed extra), or serial",
+    )
+    many.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="a running Dask scheduler (tcp://host:8786); implies --executor dask",
+    )
+    many.add_argument(
+        "--worst", type=int, default=10, metavar="N", help="worst sessions listed (default 10)"
+    )
+    many.add_argument(
+        "--no-progress", action="store_true", help="no progress on stderr for many sessions"
+    )
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Replay, print the comparison, and report the policies that stopped early."""
-    reports, meta = _simulate(args)
+    """Replay, print the comparison, and report what stopped early or failed."""
+    from ..fleet import expand_sessions
+
+    if args.lookback < 0:
+        raise ValueError("--lookback must be 0 or more")
+    paths = expand_sessions(args.session)
+    single = len(args.session) == 1 and len(paths) == 1 and Path(args.session[0]).is_file()
+    if args.run is not None and not single:
+        raise ValueError("--run picks a run of one log: give exactly one --session file")
+    job = _job(args, steps=single or args.format == "json" or bool(args.html))
+    if single:
+        return _one(args, job(paths[0]))
+    return _many(args, paths, job)
+
+
+def _job(args: argparse.Namespace, *, steps: bool) -> Any:
+    from ..sandbox import operator_roots
+    from ..simulate import SessionJob
+
+    model = opt.model(args.model)
+    return SessionJob(
+        policies=tuple(str(p) for p in opt.policies(args.policy)),
+        model=model,
+        config=opt.config(args.config),
+        read_roots=tuple(str(r) for r in operator_roots()),
+        calibrate=args.calibrate,
+        declared=_declared(args, model.provider),
+        lookback=args.lookback or None,
+        seconds_per_step=args.seconds_per_step,
+        steps=steps,
+        run=args.run,
+    )
+
+
+def _declared(args: argparse.Namespace, provider: str) -> Any:
+    """The calibration set by hand, or None: ``--hidden-prefix`` and the
+    ``--token-factor`` of the model's provider (a bare factor applies to any)."""
+    from ..simulate import Calibration
+
+    factor: float | None = None
+    general: float | None = None
+    for raw in args.token_factor:
+        name, sep, value = str(raw).rpartition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"--token-factor {raw!r}: expected F or PROVIDER=F") from None
+        if not sep:
+            general = number
+        elif name == provider:
+            factor = number
+    factor = factor if factor is not None else general
+    if factor is None and args.hidden_prefix is None:
+        return None
+    return Calibration(factor=factor or 1.0, offset=args.hidden_prefix or 0)
+
+
+def _one(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     if args.format == "json":
-        doc = {"version": 1, **meta, "reports": [r.to_json() for r in reports]}
         print(json.dumps(doc, indent=2, ensure_ascii=False))
     else:
-        cache = meta["cache"]
+        cache = doc["cache"]
+        reports = doc["reports"]
         print(
-            f"{meta['session']} on {meta['model']} (cache {cache['kind']}, minimum "
-            f"{cache['min_cacheable_tokens']:,} tokens; counted with {reports[0].counter})"
+            f"{doc['session']} on {doc['model']} (cache {cache['kind']}, minimum "
+            f"{cache['min_cacheable_tokens']:,} tokens; counted with {reports[0]['counter']})"
         )
+        for line in _notes(doc):
+            print(line)
         print(format_table(reports))
-        if meta["prices"] is None:
+        if doc["prices"] is None:
             print("(no prices in the catalog for this model: costs not computed)")
-    failed = [r for r in reports if r.error is not None]
+    _write_html(args, doc)
+    failed = [r for r in doc["reports"] if r["error"] is not None]
     for r in failed:
-        print(f"kilo-rules simulate: {r.policy}: stopped early: {r.error}", file=sys.stderr)
+        print(f"kilo-rules simulate: {r['policy']}: stopped early: {r['error']}", file=sys.stderr)
     return EXIT_DIAGNOSTICS if failed else EXIT_OK
 
 
-def _simulate(args: argparse.Namespace) -> tuple[list[SimulationReport], dict[str, Any]]:
-    if args.lookback < 0:
-        raise ValueError("--lookback must be 0 or more")
-    model = opt.model(args.model)
-    config = opt.config(args.config)
-    plans = [compile_policy(p, model, config=config) for p in opt.policies(args.policy)]
-    session = read_session(args.session, run=args.run)
-    reports = simulate(
-        session,
-        plans,
-        lookback=args.lookback or None,
-        seconds_per_step=args.seconds_per_step,
+def _notes(doc: Mapping[str, Any]) -> list[str]:
+    """The calibration and the floor, one line each."""
+    out = []
+    cal = doc.get("calibration")
+    if cal is not None:
+        how = "declared" if cal["declared"] else f"fitted on {cal['steps']} recorded requests"
+        fit = ""
+        if not cal["declared"]:
+            fit = (
+                f", R² {cal['r2']:.3f}, median error {100 * cal['median_abs_error']:.1f} %"
+                if cal["r2"] is not None and cal["median_abs_error"] is not None
+                else ""
+            )
+        state = "applied" if cal["applied"] else "not applied (--calibrate applies it)"
+        out.append(
+            f"calibration ({how}{fit}): provider count = {cal['factor']:.3f} x simulated "
+            f"+ {cal['offset']:,} hidden tokens; {state}"
+        )
+    floor = doc.get("floor")
+    if floor is not None and floor.get("cost_usd") is not None:
+        out.append(
+            f"cost floor (each input token cached once, read after): "
+            f"${floor['cost_usd']:.4f} for {floor['input']:,} input tokens"
+        )
+    return out
+
+
+def _many(args: argparse.Namespace, paths: Sequence[Path], job: Any) -> int:
+    from ..fleet import (
+        Executor,
+        aggregate,
+        aggregate_rows,
+        progress_reporter,
+        run_corpus,
+        worst_rows,
     )
-    meta = {
-        "session": args.session,
-        "session_messages": len(session.messages),
-        "model": model.id,
-        "cache": model.cache.model_dump(mode="json"),
-        "prices": model.prices.model_dump(mode="json") if model.prices else None,
+
+    executor: Executor = "dask" if args.scheduler else (args.executor or "process")
+    if args.jobs is not None and not 1 <= args.jobs <= 256:
+        raise ValueError("--jobs must be within 1..256")
+    workers = args.jobs or min(len(paths), os.cpu_count() or 1)
+    if args.no_progress:
+        outcomes = run_corpus(
+            paths, job, executor=executor, workers=workers, scheduler=args.scheduler
+        )
+    else:
+        with progress_reporter(len(paths)) as progress:
+            outcomes = run_corpus(
+                paths,
+                job,
+                executor=executor,
+                workers=workers,
+                scheduler=args.scheduler,
+                progress=progress,
+            )
+    docs = [o.value for o in outcomes if o.value is not None]
+    failures = [o for o in outcomes if o.value is None]
+    failed = [{"session": str(o.path), "error": o.error} for o in failures]
+    agg = aggregate([*docs, *failed], worst=args.worst)
+    corpus = {
+        "version": 1,
+        "model": job.model.id,
+        "sessions": docs,
+        "aggregate": agg,
+        "failed": failed,
     }
-    return reports, meta
+    if args.format == "json":
+        print(json.dumps(corpus, indent=2, ensure_ascii=False))
+    else:
+        print(f"{len(docs):,} sessions on {job.model.id} ({len(failures):,} failed)")
+        headers, rows = aggregate_rows(agg)
+        print(render_table(headers, rows, right=range(1, len(headers))))
+        if agg.get("worst"):
+            print("\nworst sessions (stopped first, then by cost against the floor):")
+            headers, rows = worst_rows(agg)
+            print(render_table(headers, rows))
+    _write_html(args, corpus)
+    for o in failures:
+        print(f"kilo-rules simulate: {o.path}: {o.error}", file=sys.stderr)
+    early = sum(1 for d in docs for r in d["reports"] if r["error"] is not None)
+    if early:
+        print(f"kilo-rules simulate: {early} replays stopped early", file=sys.stderr)
+    return EXIT_DIAGNOSTICS if failures or early else EXIT_OK
 
 
-def _row(report: SimulationReport, first: float | None) -> tuple[str, ...]:
-    cost = report.cost
+def _write_html(args: argparse.Namespace, doc: Mapping[str, Any]) -> None:
+    if not args.html:
+        return
+    from ..htmlreport import render_html
+
+    try:
+        Path(args.html).write_text(render_html(doc), encoding="utf-8")
+    except OSError as exc:
+        raise KiloRulesError(
+            Diagnostic(
+                "simulate.html",
+                f"cannot write {args.html}: {exc.strerror or exc}",
+                Location(args.html, 1, 1),
+            )
+        ) from None
+
+
+def _row(report: Mapping[str, Any], first: float | None) -> tuple[str, ...]:
+    cost = report["cost_usd"]
     ratio = f"{cost / first:.2f}x" if cost is not None and first else "-"
-    done = f"{len(report.steps):,}"
-    if report.stopped:  # fewer requests: its totals are not a cost to compare
-        done = f"{done} of {report.requests_total:,}, stopped"
+    floor = report.get("floor_ratio")
+    done = f"{report['requests']:,}"
+    if report["stopped"]:  # fewer requests: its totals are not a cost to compare
+        done = f"{done} of {report['requests_total']:,}, stopped"
         ratio = "-"
     return (
-        report.policy,
+        report["policy"],
         done,
-        f"{report.compactions:,}",
-        f"{report.input:,}",
-        f"{report.cache_read:,}",
-        f"{report.cache_write:,}",
-        f"{report.uncached:,}",
-        f"{report.output:,}",
-        f"{report.max_request:,} / {report.window:,}",
+        f"{report['compactions']:,}",
+        f"{report['input']:,}",
+        f"{report['cache_read']:,}",
+        f"{report['cache_write']:,}",
+        f"{report['uncached']:,}",
+        f"{report['output']:,}",
+        f"{report['max_request']:,} / {report['window']:,}",
         "-" if cost is None else f"{cost:.4f}",
+        "-" if floor is None else f"{floor:.2f}x",
         ratio,
     )
 
 
-def format_table(reports: Sequence[SimulationReport]) -> str:
-    """The comparison table: one row per report, the cost ratio against the first; the
-    policy name left-aligned, the numbers right-aligned."""
-    first = reports[0].cost if reports and not reports[0].stopped else None
+def format_table(reports: Sequence[Mapping[str, Any]]) -> str:
+    """The comparison table of one session's reports (their JSON): one row per report,
+    the cost against the floor and against the first; the policy name left-aligned, the
+    numbers right-aligned."""
+    first = reports[0]["cost_usd"] if reports and not reports[0]["stopped"] else None
     rows = [_row(r, first) for r in reports]
     return render_table(_HEADERS, rows, right=range(1, len(_HEADERS)))

@@ -1,0 +1,1638 @@
+"""A ``kilo-rules simulate`` result as one self-contained HTML page.
+
+:func:`render_html` reads the JSON document ``simulate --format json`` prints (one session,
+or a corpus of sessions with its aggregate) and returns a single HTML file: inline CSS,
+charts drawn here as inline SVG, no script and no external resource of any kind, so the
+page can be attached to a CI run, mailed or archived and still open years later. A
+Content-Security-Policy meta tag forbids scripts and remote loads as a second line of
+defence: every string from the document is escaped, but the page should stay inert even if
+a future change forgets one.
+
+The output is deterministic (the same document gives the same bytes), so two reports can
+be diffed. Series longer than :data:`MAX_POINTS` are reduced to each bucket's minimum and
+maximum, keeping every step that carries a marker, so a long session stays a small file.
+
+This module sits at the bottom of the package's layers: it imports only the standard
+library, and it validates the document itself (the JSON may come from another version of
+the simulator or from a hand-edited file), raising :class:`ValueError` with the path of the
+first bad value.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MAX_CHARTED_SESSIONS", "MAX_POINTS", "render_html"]
+
+#: A chart series longer than this is reduced (per-bucket min and max, markers kept).
+MAX_POINTS = 1500
+
+#: A corpus draws charts for this many sessions; the rest are listed in one table.
+MAX_CHARTED_SESSIONS = 20
+
+# The cache panels draw one column per slot; beyond this many requests, neighbouring
+# requests are summed into one slot (a sub-pixel column would only add bytes).
+_MAX_SLOTS = 300
+
+# Okabe-Ito, without its yellow (unreadable on white paper): distinguishable with the
+# common colour-vision deficiencies and in greyscale print by lightness.
+_PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C6D31")
+# Each policy also has its own dash pattern: where policies send the same requests their
+# lines coincide, and the gaps of the later one let the earlier one show through; in
+# greyscale print the patterns tell the lines apart.
+_DASHES = (None, "10 4", "3 3", "12 3 3 3", "6 3", "2 5", "14 4 4 4", "8 2")
+
+_CACHE_KINDS = (
+    ("read", "cache read", "#1B9E77"),
+    ("write", "cache write", "#E6AB02"),
+    ("uncached", "uncached", "#7570B3"),
+)
+
+_INK = "#1F2328"
+_MUTED = "#59636E"
+_GRID = "#E3E8EE"
+_RECORDED = "#8A8F98"
+
+_WIDTH = 960.0
+_SVG_NS = "http://www.w3.org/2000/svg"
+
+
+# --- the document, validated ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    index: int
+    input: int
+    read: int
+    write: int
+    uncached: int
+    output: int
+    compactions: int
+    prunes: int
+    overflows: int
+    cost: float | None
+    recorded: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Report:
+    policy: str
+    model: str
+    counter: str
+    requests: int
+    requests_total: int
+    stopped: bool
+    compactions: int
+    overflows: int
+    input: int
+    read: int
+    write: int
+    uncached: int
+    output: int
+    max_request: int
+    window: int | None
+    cost: float | None
+    error: str | None
+    compaction_limit: int | None
+    floor_ratio: float | None
+    steps: tuple[_Step, ...]
+    has_steps: bool
+    has_prunes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Floor:
+    cost: float | None
+    input: int
+    write: int
+    read: int
+    output: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Calibration:
+    factor: float | None
+    offset: float | None
+    r2: float | None
+    steps: int | None
+    median_abs_error: float | None
+    applied: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    session: str
+    messages: int | None
+    model: str
+    cache: tuple[tuple[str, Any], ...]
+    prices: tuple[tuple[str, float | None], ...] | None
+    floor: _Floor | None
+    calibration: _Calibration | None
+    reports: tuple[_Report, ...]
+
+    @property
+    def counters(self) -> list[str]:
+        return _unique(r.counter for r in self.reports if r.counter)
+
+
+@dataclass(frozen=True, slots=True)
+class _AggPolicy:
+    policy: str
+    sessions: int
+    stopped: int
+    cost: float | None
+    compactions: int
+    overflows: int
+    input: int
+    read: int
+    write: int
+    output: int
+    floor_cost: float | None
+    floor_ratio: float | None
+    p50: float | None
+    p90: float | None
+    pmax: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Worst:
+    session: str
+    policy: str
+    cost: float | None
+    floor_ratio: float | None
+    compactions: int
+    stopped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Document:
+    sessions: tuple[_Session, ...]
+    corpus: bool
+    policies: tuple[_AggPolicy, ...] | None
+    worst: tuple[_Worst, ...] | None
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
+
+
+class _Obj:
+    """One JSON object of the document and its path, which every error message names."""
+
+    def __init__(self, value: object, path: str) -> None:
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"{path or 'simulation document'}: expected an object, got {_kind(value)}"
+            )
+        self.map: Mapping[str, Any] = value
+        self.path = path
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return self.map.get(key) is not None
+
+    def opt_integer(self, key: str) -> int | None:
+        value = self.map.get(key)
+        if value is None:
+            return None
+        # bool is an int to Python but never a count in the document.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{self.at(key)}: expected an integer, got {_kind(value)}")
+        return value
+
+    def integer(self, key: str, default: int = 0) -> int:
+        value = self.opt_integer(key)
+        return default if value is None else value
+
+    def number(self, key: str) -> float | None:
+        value = self.map.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{self.at(key)}: expected a number, got {_kind(value)}")
+        if not math.isfinite(value):
+            raise ValueError(f"{self.at(key)}: expected a finite number, got {value}")
+        return float(value)
+
+    def opt_text(self, key: str) -> str | None:
+        value = self.map.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError(f"{self.at(key)}: expected a string, got {_kind(value)}")
+        return value
+
+    def text(self, key: str, default: str = "") -> str:
+        value = self.opt_text(key)
+        return default if value is None else value
+
+    def opt_flag(self, key: str) -> bool | None:
+        value = self.map.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, bool):
+            raise ValueError(f"{self.at(key)}: expected true or false, got {_kind(value)}")
+        return value
+
+    def items(self, key: str) -> list[Any] | None:
+        value = self.map.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{self.at(key)}: expected a list, got {_kind(value)}")
+        return list(value)
+
+    def child(self, key: str) -> _Obj | None:
+        value = self.map.get(key)
+        return None if value is None else _Obj(value, self.at(key))
+
+
+def _parse(doc: object) -> _Document:
+    root = _Obj(doc, "")
+    version = root.opt_integer("version")
+    if version is not None and version != 1:
+        raise ValueError(f"version: this page reads version 1 documents, got version {version}")
+    sessions = root.items("sessions")
+    if sessions is not None:
+        if not sessions:
+            raise ValueError("sessions: expected at least one session, got an empty list")
+        parsed = tuple(_session(_Obj(s, f"sessions[{i}]")) for i, s in enumerate(sessions))
+        policies: tuple[_AggPolicy, ...] | None = None
+        worst: tuple[_Worst, ...] | None = None
+        aggregate = root.child("aggregate")
+        if aggregate is not None:
+            rows = aggregate.items("policies")
+            if rows is not None:
+                policies = tuple(
+                    _agg_policy(_Obj(p, f"{aggregate.at('policies')}[{i}]"))
+                    for i, p in enumerate(rows)
+                )
+            worst_rows = aggregate.items("worst")
+            if worst_rows is not None:
+                worst = tuple(
+                    _worst(_Obj(w, f"{aggregate.at('worst')}[{i}]"))
+                    for i, w in enumerate(worst_rows)
+                )
+        return _Document(parsed, True, policies, worst)
+    if root.map.get("reports") is None:
+        raise ValueError(
+            "simulation document: expected a 'reports' list (one session) "
+            "or a 'sessions' list (a corpus), found neither"
+        )
+    return _Document((_session(root),), False, None, None)
+
+
+def _session(obj: _Obj) -> _Session:
+    raw_reports = obj.items("reports")
+    if raw_reports is None:
+        raise ValueError(f"{obj.at('reports')}: missing (expected a list of reports)")
+    if not raw_reports:
+        raise ValueError(f"{obj.at('reports')}: expected at least one report, got an empty list")
+    reports = tuple(
+        _report(_Obj(r, f"{obj.at('reports')}[{i}]")) for i, r in enumerate(raw_reports)
+    )
+    cache: tuple[tuple[str, Any], ...] = ()
+    cache_obj = obj.child("cache")
+    if cache_obj is not None:
+        cache = tuple((str(k), v) for k, v in cache_obj.map.items())
+    prices: tuple[tuple[str, float | None], ...] | None = None
+    prices_obj = obj.child("prices")
+    if prices_obj is not None:
+        prices = tuple((str(k), prices_obj.number(str(k))) for k in prices_obj.map)
+    floor: _Floor | None = None
+    floor_obj = obj.child("floor")
+    if floor_obj is not None:
+        floor = _Floor(
+            cost=floor_obj.number("cost_usd"),
+            input=floor_obj.integer("input"),
+            write=floor_obj.integer("cache_write"),
+            read=floor_obj.integer("cache_read"),
+            output=floor_obj.integer("output"),
+        )
+    calibration: _Calibration | None = None
+    cal = obj.child("calibration")
+    if cal is not None:
+        calibration = _Calibration(
+            factor=cal.number("factor"),
+            offset=cal.number("offset"),
+            r2=cal.number("r2"),
+            steps=cal.opt_integer("steps"),
+            median_abs_error=cal.number("median_abs_error"),
+            applied=cal.opt_flag("applied"),
+        )
+    return _Session(
+        session=obj.text("session", "session"),
+        messages=obj.opt_integer("session_messages"),
+        model=obj.text("model", reports[0].model),
+        cache=cache,
+        prices=prices,
+        floor=floor,
+        calibration=calibration,
+        reports=reports,
+    )
+
+
+def _report(obj: _Obj) -> _Report:
+    policy = obj.opt_text("policy")
+    if policy is None:
+        raise ValueError(f"{obj.at('policy')}: missing (expected the policy's name)")
+    raw_steps = obj.items("steps")
+    steps = tuple(
+        _step(_Obj(s, f"{obj.at('steps')}[{i}]"), i + 1) for i, s in enumerate(raw_steps or ())
+    )
+    requests = obj.integer("requests", len(steps))
+    # Totals fall back to the steps' sums: a hand-trimmed document may carry only steps.
+    return _Report(
+        policy=policy,
+        model=obj.text("model"),
+        counter=obj.text("counter"),
+        requests=requests,
+        requests_total=obj.integer("requests_total", requests),
+        stopped=bool(obj.opt_flag("stopped")),
+        compactions=obj.integer("compactions", sum(s.compactions for s in steps)),
+        overflows=obj.integer("provider_overflows", sum(s.overflows for s in steps)),
+        input=obj.integer("input", sum(s.input for s in steps)),
+        read=obj.integer("cache_read", sum(s.read for s in steps)),
+        write=obj.integer("cache_write", sum(s.write for s in steps)),
+        uncached=obj.integer("uncached", sum(s.uncached for s in steps)),
+        output=obj.integer("output", sum(s.output for s in steps)),
+        max_request=obj.integer("max_request", max((s.input for s in steps), default=0)),
+        window=obj.opt_integer("window"),
+        cost=obj.number("cost_usd"),
+        error=obj.opt_text("error"),
+        compaction_limit=obj.opt_integer("compaction_limit"),
+        floor_ratio=obj.number("floor_ratio"),
+        steps=steps,
+        has_steps=raw_steps is not None and bool(steps),
+        has_prunes=any(isinstance(s, Mapping) and "prunes" in s for s in raw_steps or ()),
+    )
+
+
+def _step(obj: _Obj, position: int) -> _Step:
+    if not obj.has("input"):
+        raise ValueError(f"{obj.at('input')}: missing (expected an integer)")
+    return _Step(
+        index=obj.integer("index", position),
+        input=obj.integer("input"),
+        read=obj.integer("cache_read"),
+        write=obj.integer("cache_write_5m") + obj.integer("cache_write_1h"),
+        uncached=obj.integer("uncached"),
+        output=obj.integer("output"),
+        compactions=obj.integer("compactions"),
+        prunes=obj.integer("prunes"),
+        overflows=obj.integer("provider_overflows"),
+        cost=obj.number("cost_usd"),
+        recorded=obj.opt_integer("recorded_input"),
+    )
+
+
+def _agg_policy(obj: _Obj) -> _AggPolicy:
+    return _AggPolicy(
+        policy=obj.text("policy", "?"),
+        sessions=obj.integer("sessions"),
+        stopped=obj.integer("stopped"),
+        cost=obj.number("cost_usd"),
+        compactions=obj.integer("compactions"),
+        overflows=obj.integer("provider_overflows"),
+        input=obj.integer("input"),
+        read=obj.integer("cache_read"),
+        write=obj.integer("cache_write"),
+        output=obj.integer("output"),
+        floor_cost=obj.number("floor_cost_usd"),
+        floor_ratio=obj.number("floor_ratio"),
+        p50=obj.number("cost_p50"),
+        p90=obj.number("cost_p90"),
+        pmax=obj.number("cost_max"),
+    )
+
+
+def _worst(obj: _Obj) -> _Worst:
+    return _Worst(
+        session=obj.text("session", "?"),
+        policy=obj.text("policy", "?"),
+        cost=obj.number("cost_usd"),
+        floor_ratio=obj.number("floor_ratio"),
+        compactions=obj.integer("compactions"),
+        stopped=bool(obj.opt_flag("stopped")),
+    )
+
+
+# --- formatting ----------------------------------------------------------------------------
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _unique(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def _int(n: int | None) -> str:
+    return "—" if n is None else f"{n:,}"
+
+
+def _usd(x: float | None) -> str:
+    if x is None:
+        return "—"
+    # Cents hide the differences between cheap single requests; large sums need no more.
+    return f"${x:,.2f}" if abs(x) >= 1 else f"${x:,.4f}"
+
+
+def _ratio(x: float | None) -> str:
+    return "—" if x is None else f"{x:,.2f}×"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "—"
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:,.4g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def _share(part: int, whole: int) -> str:
+    return "—" if whole <= 0 else f"{100 * part / whole:.0f}%"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def _c(v: float) -> str:
+    """An SVG coordinate: one decimal is below a pixel at any sane zoom, and keeps files small."""
+    s = f"{v:.1f}"
+    s = s[:-2] if s.endswith(".0") else s
+    return "0" if s == "-0" else s
+
+
+def _short(v: float) -> str:
+    """A token tick label: 0, 500, 25k, 1.5M."""
+    if v >= 1_000_000:
+        return f"{round(v / 1_000_000, 3):g}M"
+    if v >= 1000:
+        return f"{round(v / 1000, 3):g}k"
+    return f"{round(v, 3):g}"
+
+
+def _money_tick(step: float) -> Callable[[float], str]:
+    """Dollar tick labels with as many decimals as the tick step needs ($0.25, $5)."""
+    decimals = 0
+    while decimals < 6 and abs(step * 10**decimals - round(step * 10**decimals)) > 1e-6:
+        decimals += 1
+    return lambda v: f"${v:,.{decimals}f}"
+
+
+def _style(i: int) -> tuple[str, str | None]:
+    # Past eight policies the colours repeat, each with a different pattern than before.
+    return _PALETTE[i % len(_PALETTE)], _DASHES[(i + i // len(_PALETTE)) % len(_DASHES)]
+
+
+# --- scales, axes and series reduction -----------------------------------------------------
+
+
+def _nice_step(span: float, count: int) -> float:
+    raw = span / max(count, 1)
+    if raw <= 0:
+        return 1.0
+    magnitude = float(10 ** math.floor(math.log10(raw)))
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
+        if raw <= m * magnitude * (1 + 1e-9):
+            return m * magnitude
+    return 10 * magnitude
+
+
+def _value_ticks(top: float, count: int = 5) -> tuple[float, list[float]]:
+    """Ticks from 0 up to a round value at or above ``top``, and that value."""
+    step = _nice_step(top if top > 0 else 1.0, count)
+    n = max(1, math.ceil(top / step - 1e-9))
+    return n * step, [round(i * step, 10) for i in range(n + 1)]
+
+
+def _request_ticks(first: int, last: int, count: int = 8) -> list[int]:
+    """Integer ticks for request numbers: the first request, then round numbers."""
+    if last <= first:
+        return [first]
+    step = max(1, round(_nice_step(last - first, count)))
+    ticks = [first]
+    start = (first // step + 1) * step
+    for v in range(start, last + 1, step):
+        # A round tick right next to the first would print over it.
+        if v - first >= step / 2:
+            ticks.append(v)
+    return ticks
+
+
+@dataclass(frozen=True, slots=True)
+class _Plot:
+    left: float
+    top: float
+    width: float
+    height: float
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+
+    def x(self, v: float) -> float:
+        span = self.x1 - self.x0
+        return self.left + (0.5 if span == 0 else (v - self.x0) / span) * self.width
+
+    def y(self, v: float) -> float:
+        span = self.y1 - self.y0
+        return self.top + self.height - (0.0 if span == 0 else (v - self.y0) / span) * self.height
+
+    @property
+    def bottom(self) -> float:
+        return self.top + self.height
+
+    @property
+    def right(self) -> float:
+        return self.left + self.width
+
+
+def _axes(
+    plot: _Plot,
+    xticks: Sequence[float],
+    yticks: Sequence[float],
+    yfmt: Callable[[float], str],
+    *,
+    xlabel: str | None,
+    ylabel: str | None,
+    tick_size: int = 11,
+) -> list[str]:
+    out = ['<g class="grid" stroke="' + _GRID + '" stroke-width="1">']
+    out += [
+        f'<line x1="{_c(plot.left)}" x2="{_c(plot.right)}" y1="{_c(plot.y(t))}" '
+        f'y2="{_c(plot.y(t))}"/>'
+        for t in yticks
+    ]
+    out.append("</g>")
+    out.append(f'<g class="tick" font-size="{tick_size}" fill="{_MUTED}">')
+    for t in yticks:
+        out.append(
+            f'<text x="{_c(plot.left - 6)}" y="{_c(plot.y(t) + 4)}" '
+            f'text-anchor="end">{_e(yfmt(t))}</text>'
+        )
+    for t in xticks:
+        x = plot.x(t)
+        out.append(
+            f'<line x1="{_c(x)}" x2="{_c(x)}" y1="{_c(plot.bottom)}" '
+            f'y2="{_c(plot.bottom + 4)}" stroke="{_MUTED}"/>'
+        )
+        out.append(
+            f'<text x="{_c(x)}" y="{_c(plot.bottom + 6 + tick_size)}" '
+            f'text-anchor="middle">{_int(int(t))}</text>'
+        )
+    out.append("</g>")
+    out.append(
+        f'<path class="axis" d="M{_c(plot.left)},{_c(plot.top)}V{_c(plot.bottom)}'
+        f'H{_c(plot.right)}" fill="none" stroke="{_MUTED}" stroke-width="1"/>'
+    )
+    if xlabel:
+        out.append(
+            f'<text class="axis-label" x="{_c(plot.left + plot.width / 2)}" '
+            f'y="{_c(plot.bottom + 36)}" text-anchor="middle" font-size="13">{_e(xlabel)}</text>'
+        )
+    if ylabel:
+        ly = plot.top + plot.height / 2
+        out.append(
+            f'<text class="axis-label" x="14" y="{_c(ly)}" text-anchor="middle" '
+            f'font-size="13" transform="rotate(-90 14 {_c(ly)})">{_e(ylabel)}</text>'
+        )
+    return out
+
+
+def _reduce(
+    values: Sequence[float], keep: Iterable[int] = (), limit: int = MAX_POINTS
+) -> list[int]:
+    """The positions of ``values`` to draw: all of them up to ``limit``; beyond, the first,
+    the last, each bucket's minimum and maximum (so peaks and drops survive) and ``keep``."""
+    n = len(values)
+    if n <= limit:
+        return list(range(n))
+    buckets = limit // 2
+    chosen = {0, n - 1, *keep}
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        if lo < hi:
+            segment = range(lo, hi)
+            chosen.add(min(segment, key=values.__getitem__))
+            chosen.add(max(segment, key=values.__getitem__))
+    return sorted(chosen)
+
+
+def _polyline(points: Iterable[tuple[float, float]]) -> str:
+    parts = [f"{_c(x)},{_c(y)}" for x, y in points]
+    return "M" + "L".join(parts) if parts else ""
+
+
+def _svg_open(chart_id: str, height: float, title: str, desc: str) -> list[str]:
+    return [
+        f'<svg class="chart" xmlns="{_SVG_NS}" viewBox="0 0 {_c(_WIDTH)} {_c(height)}" '
+        f'role="img" aria-labelledby="{chart_id}-title" aria-describedby="{chart_id}-desc" '
+        f'font-size="12">',
+        f'<title id="{chart_id}-title">{_e(title)}</title>',
+        f'<desc id="{chart_id}-desc">{_e(desc)}</desc>',
+    ]
+
+
+def _swatch_line(color: str, dash: str | None = None, width: float = 2.5) -> str:
+    dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+    return (
+        f'<svg class="swatch" xmlns="{_SVG_NS}" viewBox="0 0 28 12" aria-hidden="true">'
+        f'<line x1="1" y1="6" x2="27" y2="6" stroke="{color}" stroke-width="{width}"'
+        f"{dash_attr}/></svg>"
+    )
+
+
+def _swatch_marker(kind: str, color: str = _INK) -> str:
+    return (
+        f'<svg class="swatch" xmlns="{_SVG_NS}" viewBox="0 0 28 12" aria-hidden="true">'
+        f"{_marker_shape(kind, 14, 6, color)}</svg>"
+    )
+
+
+def _swatch_box(color: str) -> str:
+    return (
+        f'<svg class="swatch" xmlns="{_SVG_NS}" viewBox="0 0 28 12" aria-hidden="true">'
+        f'<rect x="6" y="1" width="16" height="10" fill="{color}"/></svg>'
+    )
+
+
+def _legend_item(swatch: str, label: str, kind: str, extra: str = "") -> str:
+    return f'<li data-legend="{kind}"{extra}>{swatch}<span>{_e(label)}</span></li>'
+
+
+def _marker_shape(
+    kind: str, x: float, y: float, color: str, inner: str = "", attrs: str = ""
+) -> str:
+    if kind == "compaction":
+        d = f"M{_c(x)},{_c(y - 6)}L{_c(x + 5.5)},{_c(y + 4)}L{_c(x - 5.5)},{_c(y + 4)}Z"
+        return (
+            f'<path{attrs} d="{d}" fill="{color}" stroke="#FFFFFF" stroke-width="1">{inner}</path>'
+        )
+    if kind == "prune":
+        return (
+            f'<rect{attrs} x="{_c(x - 3)}" y="{_c(y - 3)}" width="6" height="6" fill="{color}" '
+            f'stroke="#FFFFFF" stroke-width="0.8">{inner}</rect>'
+        )
+    a, b, t, u = _c(x - 4), _c(x + 4), _c(y - 4), _c(y + 4)
+    d = f"M{a},{t}L{b},{u}M{a},{u}L{b},{t}"
+    return f'<path{attrs} d="{d}" fill="none" stroke="{color}" stroke-width="2.2">{inner}</path>'
+
+
+_MARKER_LABELS = {
+    "compaction": "compaction",
+    "prune": "prune",
+    "overflow": "provider overflow",
+}
+
+
+# --- charts --------------------------------------------------------------------------------
+
+
+def _reduction_note(reduced: Sequence[tuple[str, int, int]]) -> str:
+    if not reduced:
+        return ""
+    parts = ", ".join(f"{_e(name)} {total:,} → {kept:,}" for name, total, kept in reduced)
+    return (
+        f" Series of more than {MAX_POINTS:,} points are drawn reduced to each bucket's "
+        f"minimum and maximum, every marked request kept ({parts} points)."
+    )
+
+
+def _figure(
+    chart: str, chart_id: str, caption: str, legend: Sequence[str], svg: Sequence[str]
+) -> str:
+    return "\n".join(
+        [
+            f'<figure class="chart-figure" data-chart="{chart}" id="{chart_id}">',
+            f"<figcaption>{caption}</figcaption>",
+            '<ul class="legend">',
+            *legend,
+            "</ul>",
+            *svg,
+            "</svg>",
+            "</figure>",
+        ]
+    )
+
+
+def _context_chart(s: _Session, sid: str) -> str:
+    chart_id = f"{sid}-context"
+    reports = [r for r in s.reports if r.has_steps]
+    recorded: dict[int, int] = {}
+    for r in reports:
+        for st in r.steps:
+            if st.recorded is not None:
+                recorded.setdefault(st.index, st.recorded)
+    rec_points = sorted(recorded.items())
+    last = max(
+        [r.requests_total for r in reports] + [st.index for r in reports for st in r.steps[-1:]]
+    )
+    first = min(st.index for r in reports for st in r.steps[:1])
+    data_top = max(
+        [st.input for r in reports for st in r.steps]
+        + [v for _, v in rec_points]
+        + [r.compaction_limit or 0 for r in reports]
+    )
+    windows = _unique(str(r.window) for r in reports if r.window)
+    # A window far above the data would flatten every line against the axis; it is named
+    # in the legend instead.
+    drawn_windows = [int(w) for w in windows if data_top == 0 or int(w) <= 2 * data_top]
+    top, yticks = _value_ticks(max([data_top, *drawn_windows, 1]))
+    height = 400.0
+    plot = _Plot(72, 18, _WIDTH - 72 - 20, height - 18 - 52, first, max(last, first + 1), 0, top)
+    svg = _svg_open(
+        chart_id,
+        height,
+        f"Context size per request: {s.session}",
+        "Tokens in each request, one line per policy: "
+        + ", ".join(r.policy for r in reports)
+        + (f"; window {', '.join(f'{int(w):,}' for w in windows)} tokens" if windows else "")
+        + ".",
+    )
+    svg += _axes(
+        plot, _request_ticks(first, last), yticks, _short, xlabel="request", ylabel="tokens"
+    )
+    legend: list[str] = []
+    for i, r in enumerate(s.reports):
+        if not r.has_steps:
+            continue
+        color, dash = _style(i)
+        legend.append(
+            _legend_item(
+                _swatch_line(color, dash), r.policy, "policy", f' data-policy="{_e(r.policy)}"'
+            )
+        )
+    for w in windows:
+        label = f"window {int(w):,}"
+        if int(w) in drawn_windows:
+            y = plot.y(int(w))
+            svg.append(
+                f'<g class="window"><line x1="{_c(plot.left)}" x2="{_c(plot.right)}" '
+                f'y1="{_c(y)}" y2="{_c(y)}" stroke="{_INK}" stroke-width="1.5"/>'
+                f'<text x="{_c(plot.right - 4)}" y="{_c(y - 5)}" text-anchor="end" '
+                f'font-size="11" fill="{_INK}">{_e(label)}</text></g>'
+            )
+        else:
+            label += " (above the chart)"
+        legend.append(
+            _legend_item(_swatch_line(_INK, None, 1.5), label, "reference", ' data-kind="window"')
+        )
+    limits = [(i, r) for i, r in enumerate(s.reports) if r.has_steps and r.compaction_limit]
+    for i, r in limits:
+        color, _ = _style(i)
+        y = plot.y(r.compaction_limit or 0)
+        svg.append(
+            f'<line class="compaction-limit" data-policy="{_e(r.policy)}" x1="{_c(plot.left)}" '
+            f'x2="{_c(plot.right)}" y1="{_c(y)}" y2="{_c(y)}" stroke="{color}" '
+            f'stroke-width="1.2" stroke-dasharray="6 4"><title>'
+            f"{_e(r.policy)} compacts at {r.compaction_limit:,} tokens</title></line>"
+        )
+    if limits:
+        legend.append(
+            _legend_item(
+                _swatch_line(_MUTED, "6 4", 1.5),
+                "compaction limit (in the policy's colour)",
+                "reference",
+                ' data-kind="compaction-limit"',
+            )
+        )
+    reduced: list[tuple[str, int, int]] = []
+    if rec_points:
+        keep = _reduce([v for _, v in rec_points])
+        if len(keep) < len(rec_points):
+            reduced.append(("recorded", len(rec_points), len(keep)))
+        path = _polyline((plot.x(rec_points[k][0]), plot.y(rec_points[k][1])) for k in keep)
+        svg.append(
+            f'<path class="series" data-series="recorded" d="{path}" fill="none" '
+            f'stroke="{_RECORDED}" stroke-width="1.6" stroke-linejoin="round"/>'
+        )
+        legend.append(
+            _legend_item(
+                _swatch_line(_RECORDED, None, 1.6), "recorded", "series", ' data-kind="recorded"'
+            )
+        )
+    marks: list[str] = []
+    kinds_seen = {"compaction", "overflow"}
+    for i in range(len(s.reports)):
+        r = s.reports[i]
+        if not r.has_steps:
+            continue
+        if r.has_prunes:
+            kinds_seen.add("prune")
+        color, dash = _style(i)
+        steps = r.steps
+        marked = [k for k, st in enumerate(steps) if st.compactions or st.prunes or st.overflows]
+        keep = _reduce([st.input for st in steps], marked)
+        if len(keep) < len(steps):
+            reduced.append((r.policy, len(steps), len(keep)))
+        path = _polyline((plot.x(steps[k].index), plot.y(steps[k].input)) for k in keep)
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        svg.append(
+            f'<path class="series" data-series="policy" data-policy="{_e(r.policy)}" d="{path}" '
+            f'fill="none" stroke="{color}" stroke-width="{_line_width(i)}" '
+            f'stroke-linejoin="round"{dash_attr}/>'
+        )
+        for k in marked:
+            st = steps[k]
+            x, y = plot.x(st.index), plot.y(st.input)
+            for kind, count in (
+                ("compaction", st.compactions),
+                ("prune", st.prunes),
+                ("overflow", st.overflows),
+            ):
+                if not count:
+                    continue
+                what = _plural(count, _MARKER_LABELS[kind])
+                tip = (
+                    f"{r.policy}: {what} before request {st.index:,} (context {st.input:,} tokens)"
+                )
+                marks.append(
+                    _marker_shape(
+                        kind,
+                        x,
+                        y,
+                        color,
+                        f"<title>{_e(tip)}</title>",
+                        f' class="marker" data-kind="{kind}" data-step="{st.index}" '
+                        f'data-policy="{_e(r.policy)}"',
+                    )
+                )
+    svg += marks
+    for kind in ("compaction", "prune", "overflow"):
+        if kind in kinds_seen:
+            legend.append(
+                _legend_item(
+                    _swatch_marker(kind), _MARKER_LABELS[kind], "marker", f' data-kind="{kind}"'
+                )
+            )
+    legend = [x for x in legend if 'data-legend="policy"' in x] + [
+        x for x in legend if 'data-legend="policy"' not in x
+    ]
+    caption = (
+        "<strong>Context size per request.</strong> Tokens in each request the policy sends "
+        "(the wire body, counted the same way for every policy). Markers sit on the request "
+        "they preceded: a compaction, a prune, or a request the provider would have rejected "
+        "for overflowing the window (retried after compaction)."
+    )
+    if rec_points:
+        caption += " The grey line is the input the recorded agent's provider reported."
+    caption += _reduction_note(reduced)
+    return _figure("context", chart_id, caption, legend, svg)
+
+
+def _summary_costs(r: _Report) -> dict[int, float]:
+    """The cost of the summary calls (in the report's total, not in its steps), spread over
+    the requests that followed a compaction in proportion to their compactions.
+
+    The document has no cost per summary call, only their sum; spreading it puts each share
+    where the calls happened, so the line climbs where compaction costs money and ends at
+    the table's total."""
+    if r.cost is None:
+        return {}
+    rest = r.cost - sum(st.cost or 0.0 for st in r.steps)
+    # Below a millionth of a cent the difference is float rounding, not a summary call.
+    if rest <= 1e-8:
+        return {}
+    weights = {k: st.compactions for k, st in enumerate(r.steps) if st.compactions > 0}
+    if not weights:
+        return {len(r.steps) - 1: rest}
+    whole = sum(weights.values())
+    return {k: rest * w / whole for k, w in weights.items()}
+
+
+def _line_width(i: int) -> float:
+    """Earlier policies draw slightly wider lines, under later ones: where policies send the
+    same requests, the earlier colours stay visible along the edges and in the gaps."""
+    return max(1.6, 3.0 - 0.4 * i)
+
+
+def _cost_chart(s: _Session, sid: str) -> str:
+    chart_id = f"{sid}-cost"
+    reports = [
+        (i, r)
+        for i, r in enumerate(s.reports)
+        if r.has_steps and any(st.cost is not None for st in r.steps)
+    ]
+    if s.prices is None or not reports:
+        return (
+            f'<p class="note" data-skipped="cost" id="{chart_id}">No cost chart: the model '
+            f"{_e(s.model)} has no prices in the catalog.</p>"
+        )
+    series: list[tuple[int, _Report, list[float]]] = []
+    spread = False
+    for i, r in reports:
+        extra = _summary_costs(r)
+        spread = spread or bool(extra)
+        total = 0.0
+        cumulative = []
+        for k, st in enumerate(r.steps):
+            total += (st.cost or 0.0) + extra.get(k, 0.0)
+            cumulative.append(total)
+        series.append((i, r, cumulative))
+    first = min(r.steps[0].index for _, r in reports)
+    last = max([r.requests_total for _, r in reports] + [r.steps[-1].index for _, r in reports])
+    floor_cost = s.floor.cost if s.floor is not None else None
+    data_top = max([c[-1] for _, _, c in series] + [floor_cost or 0.0])
+    top, yticks = _value_ticks(data_top if data_top > 0 else 1.0)
+    step = yticks[1] - yticks[0] if len(yticks) > 1 else top
+    height = 330.0
+    plot = _Plot(72, 18, _WIDTH - 72 - 20, height - 18 - 52, first, max(last, first + 1), 0, top)
+    svg = _svg_open(
+        chart_id,
+        height,
+        f"Cumulative cost: {s.session}",
+        "US dollars spent up to each request, one line per policy: "
+        + ", ".join(f"{r.policy} {_usd(c[-1])}" for _, r, c in series)
+        + ".",
+    )
+    svg += _axes(
+        plot,
+        _request_ticks(first, last),
+        yticks,
+        _money_tick(step),
+        xlabel="request",
+        ylabel="US dollars",
+    )
+    legend: list[str] = []
+    lines: list[str] = []
+    reduced: list[tuple[str, int, int]] = []
+    for i, r, cumulative in series:
+        color, dash = _style(i)
+        legend.append(
+            _legend_item(
+                _swatch_line(color, dash),
+                f"{r.policy} ({_usd(cumulative[-1])})",
+                "policy",
+                f' data-policy="{_e(r.policy)}"',
+            )
+        )
+        keep = _reduce(cumulative)
+        if len(keep) < len(cumulative):
+            reduced.append((r.policy, len(cumulative), len(keep)))
+        path = _polyline((plot.x(r.steps[k].index), plot.y(cumulative[k])) for k in keep)
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        end_x, end_y = plot.x(r.steps[-1].index), plot.y(cumulative[-1])
+        lines.append(
+            f'<path class="series" data-series="policy" data-policy="{_e(r.policy)}" d="{path}" '
+            f'fill="none" stroke="{color}" stroke-width="{_line_width(i)}" '
+            f'stroke-linejoin="round"{dash_attr}/>'
+            f'<circle cx="{_c(end_x)}" cy="{_c(end_y)}" r="3" fill="{color}"><title>'
+            f"{_e(r.policy)}: {_usd(cumulative[-1])} over {_plural(len(r.steps), 'request')}"
+            "</title></circle>"
+        )
+    if floor_cost is not None:
+        y = plot.y(floor_cost)
+        label = f"floor {_usd(floor_cost)}"
+        svg.append(
+            f'<g class="floor"><line x1="{_c(plot.left)}" x2="{_c(plot.right)}" y1="{_c(y)}" '
+            f'y2="{_c(y)}" stroke="{_INK}" stroke-width="1.5" stroke-dasharray="2 3"/>'
+            f'<text x="{_c(plot.right - 4)}" y="{_c(y - 5)}" text-anchor="end" font-size="11" '
+            f'fill="{_INK}">{_e(label)}</text></g>'
+        )
+        legend.append(
+            _legend_item(_swatch_line(_INK, "2 3", 1.5), label, "reference", ' data-kind="floor"')
+        )
+    svg += lines
+    caption = (
+        "<strong>Cumulative cost.</strong> US dollars spent up to each request at the "
+        "model's list prices."
+    )
+    if spread:
+        caption += (
+            " The summary calls of compactions are added at the requests that followed "
+            "them (their total split evenly), so each line ends at the table's cost."
+        )
+    if floor_cost is not None:
+        caption += (
+            " The dotted line is the floor: every input token written to the cache once "
+            "and read from it thereafter."
+        )
+    caption += _reduction_note(reduced)
+    return _figure("cost", chart_id, caption, legend, svg)
+
+
+def _slots(steps: Sequence[_Step]) -> list[tuple[int, int, int, int, int]]:
+    """``(first index, last index, read, write, uncached)`` per column of a cache panel."""
+    n = len(steps)
+    count = min(n, _MAX_SLOTS)
+    out = []
+    for b in range(count):
+        chunk = steps[b * n // count : (b + 1) * n // count]
+        out.append(
+            (
+                chunk[0].index,
+                chunk[-1].index,
+                sum(st.read for st in chunk),
+                sum(st.write for st in chunk),
+                sum(st.uncached for st in chunk),
+            )
+        )
+    return out
+
+
+def _cache_chart(s: _Session, sid: str) -> str:
+    chart_id = f"{sid}-cache"
+    reports = [(i, r) for i, r in enumerate(s.reports) if r.has_steps]
+    cols = 1 if len(reports) == 1 else 2
+    left, right, gap_x = 64.0, 16.0, 36.0
+    panel_w = (_WIDTH - left - right - gap_x * (cols - 1)) / cols
+    panel_h, head, foot = 110.0, 24.0, 26.0
+    rows = math.ceil(len(reports) / cols)
+    row_h = head + panel_h + foot
+    height = 8 + rows * row_h + 30
+    first = min(r.steps[0].index for _, r in reports)
+    last = max(r.steps[-1].index for _, r in reports)
+    svg = _svg_open(
+        chart_id,
+        height,
+        f"Cache split of each request: {s.session}",
+        "Share of each request's input read from the cache, written to it, or uncached; "
+        "one panel per policy: "
+        + "; ".join(
+            f"{r.policy} {_share(r.read, r.input)} read, {_share(r.write, r.input)} written, "
+            f"{_share(r.uncached, r.input)} uncached"
+            for _, r in reports
+        )
+        + ".",
+    )
+    summed = False
+    for n, (i, r) in enumerate(reports):
+        px = left + (n % cols) * (panel_w + gap_x)
+        py = 8 + (n // cols) * row_h + head
+        plot = _Plot(px, py, panel_w, panel_h, first - 0.5, last + 0.5, 0, 1)
+        name = r.policy if len(r.policy) <= 48 else r.policy[:47] + "…"
+        summary = (
+            f"{_share(r.read, r.input)} read · {_share(r.write, r.input)} written · "
+            f"{_share(r.uncached, r.input)} uncached"
+        )
+        color, _ = _style(i)
+        svg.append(
+            f'<g class="panel" data-policy="{_e(r.policy)}">'
+            f'<rect x="{_c(px)}" y="{_c(py - 16)}" width="10" height="10" fill="{color}"/>'
+            f'<text x="{_c(px + 15)}" y="{_c(py - 7)}" font-size="12.5" font-weight="600" '
+            f'fill="{_INK}">{_e(name)}<title>{_e(r.policy)}</title></text>'
+            f'<text x="{_c(px + panel_w)}" y="{_c(py - 7)}" font-size="11" text-anchor="end" '
+            f'fill="{_MUTED}">{_e(summary)}</text>'
+        )
+        slots = _slots(r.steps)
+        summed = summed or len(slots) < len(r.steps)
+        # Cumulative areas drawn back to front (everything, then read+write, then read):
+        # each is one path over the slots instead of three rectangles per request.
+        fills = {k: c for k, _, c in _CACHE_KINDS}
+        for layer, kind in enumerate(("uncached", "write", "read")):
+            d = [f"M{_c(plot.x(slots[0][0] - 0.5))},{_c(plot.bottom)}"]
+            for _, hi, rd, wr, un in slots:
+                whole = rd + wr + un
+                part = (whole, rd + wr, rd)[layer]
+                d.append(f"V{_c(plot.y(part / whole if whole else 0.0))}H{_c(plot.x(hi + 0.5))}")
+            d.append(f"V{_c(plot.bottom)}Z")
+            svg.append(
+                f'<path class="area" data-kind="{kind}" d="{"".join(d)}" fill="{fills[kind]}"/>'
+            )
+        svg += _axes(
+            plot,
+            _request_ticks(first, last, 5 if cols == 2 else 8),
+            [0, 0.5, 1],
+            lambda v: f"{v * 100:.0f}%",
+            xlabel=None,
+            ylabel=None,
+            tick_size=10,
+        )
+        svg.append("</g>")
+    svg.append(
+        f'<text class="axis-label" x="{_c(left + (_WIDTH - left - right) / 2)}" '
+        f'y="{_c(height - 8)}" text-anchor="middle" font-size="13">request</text>'
+    )
+    mid = 8 + rows * row_h / 2
+    svg.append(
+        f'<text class="axis-label" x="14" y="{_c(mid)}" text-anchor="middle" font-size="13" '
+        f'transform="rotate(-90 14 {_c(mid)})">share of input</text>'
+    )
+    legend = [
+        _legend_item(_swatch_box(color), label, "cache", f' data-kind="{kind}"')
+        for kind, label, color in _CACHE_KINDS
+    ]
+    caption = (
+        "<strong>Cache split of each request.</strong> The share of each request's input "
+        "tokens read from the prompt cache, written to it, or billed uncached; one panel "
+        "per policy."
+    )
+    if summed:
+        caption += (
+            f" Sessions longer than {_MAX_SLOTS:,} requests are drawn with neighbouring "
+            "requests summed into one column."
+        )
+    return _figure("cache", chart_id, caption, legend, svg)
+
+
+# --- tables and sections -------------------------------------------------------------------
+
+
+def _row(cells: Sequence[tuple[str, bool]], attrs: str = "") -> str:
+    tds = "".join(f'<td class="num">{c}</td>' if num else f"<td>{c}</td>" for c, num in cells)
+    return f"<tr{attrs}>{tds}</tr>"
+
+
+def _head(columns: Sequence[tuple[str, bool]]) -> str:
+    ths = "".join(
+        f'<th scope="col" class="num">{_e(c)}</th>' if num else f'<th scope="col">{_e(c)}</th>'
+        for c, num in columns
+    )
+    return f"<thead><tr>{ths}</tr></thead>"
+
+
+def _totals_table(s: _Session, sid: str) -> str:
+    floor_cost = s.floor.cost if s.floor is not None else None
+    base = s.reports[0].cost
+    costs = [r.cost for r in s.reports if r.cost is not None and not r.stopped]
+    cheapest = min(costs) if len(s.reports) > 1 and costs else None
+    # Without a floor the column would be dashes only.
+    show_floor = bool(floor_cost) or any(r.floor_ratio is not None for r in s.reports)
+    rows = []
+    for i, r in enumerate(s.reports):
+        color, _ = _style(i)
+        requests = _int(r.requests)
+        if r.stopped:
+            requests = f"{requests} of {r.requests_total:,}, stopped"
+        window = f"{r.max_request:,}"
+        if r.window:
+            window += f' <span class="unit">/ {r.window:,}</span>'
+        vs_first = r.cost / base if r.cost is not None and base else None
+        vs_floor = r.floor_ratio
+        if vs_floor is None and r.cost is not None and floor_cost:
+            vs_floor = r.cost / floor_cost
+        policy = (
+            f'<span class="dot" aria-hidden="true"><svg xmlns="{_SVG_NS}" viewBox="0 0 10 10">'
+            f'<rect width="10" height="10" rx="2" fill="{color}"/></svg></span>{_e(r.policy)}'
+        )
+        cls = []
+        if r.stopped:
+            cls.append("stopped")
+        if cheapest is not None and r.cost == cheapest and not r.stopped:
+            cls.append("best")
+            policy += ' <span class="tag">cheapest</span>'
+        attrs = f' data-policy="{_e(r.policy)}"' + (f' class="{" ".join(cls)}"' if cls else "")
+        rows.append(
+            _row(
+                [
+                    (policy, False),
+                    (requests, True),
+                    (_int(r.compactions), True),
+                    (_int(r.overflows), True),
+                    (_int(r.input), True),
+                    (_int(r.read), True),
+                    (_int(r.write), True),
+                    (_int(r.uncached), True),
+                    (_int(r.output), True),
+                    (window, True),
+                    (_usd(r.cost), True),
+                    (_ratio(vs_first), True),
+                    *([(_ratio(vs_floor), True)] if show_floor else []),
+                ],
+                attrs,
+            )
+        )
+    columns = [
+        ("Policy", False),
+        ("Requests", True),
+        ("Compactions", True),
+        ("Provider overflows", True),
+        ("Input", True),
+        ("Cache read", True),
+        ("Cache write", True),
+        ("Uncached", True),
+        ("Output", True),
+        ("Max request / window", True),
+        ("Cost", True),
+        ("vs first", True),
+    ]
+    if show_floor:
+        columns.append(("vs floor", True))
+    counters = ", ".join(s.counters) or "the simulator's counter"
+    errors = [
+        f"<li><strong>{_e(r.policy)}</strong> stopped after {_plural(r.requests, 'request')} "
+        f"of {r.requests_total:,}: {_e(r.error)}</li>"
+        for r in s.reports
+        if r.error
+    ]
+    parts = [
+        '<div class="table-wrap">',
+        f'<table class="totals" id="{sid}-totals">',
+        f"<caption>Totals per policy. Tokens as counted by {_e(counters)}; costs in US "
+        "dollars, summary calls included. “vs first” divides each cost by "
+        f"{_e(s.reports[0].policy)}'s"
+        + (", “vs floor” by the session's floor" if show_floor else "")
+        + ".</caption>",
+        _head(columns),
+        "<tbody>",
+        *rows,
+        "</tbody></table></div>",
+    ]
+    if errors:
+        parts += ['<ul class="errors">', *errors, "</ul>"]
+    return "\n".join(parts)
+
+
+def _facts(s: _Session, *, with_session: bool) -> str:
+    items: list[tuple[str, str]] = []
+    if with_session:
+        messages = f" ({_plural(s.messages, 'message')})" if s.messages is not None else ""
+        items.append(("Session", f"<code>{_e(s.session)}</code>{messages}"))
+    items.append(("Model", f"<code>{_e(s.model)}</code>"))
+    if s.counters:
+        items.append(("Counter", ", ".join(f"<code>{_e(c)}</code>" for c in s.counters)))
+    if s.cache:
+        cache = []
+        for key, value in s.cache:
+            shown = _scalar(value)
+            cache.append(shown if key == "kind" else f"{_e(key.replace('_', ' '))} {shown}")
+        items.append(("Cache", " · ".join(cache)))
+    if s.prices is None:
+        items.append(("Prices", "none in the catalog: no costs"))
+    else:
+        prices = " · ".join(
+            f"{_e(key.replace('_', ' '))} {_e(_usd2(value))}" for key, value in s.prices
+        )
+        items.append(("Prices", f'{prices} <span class="unit">per million tokens</span>'))
+    if s.calibration is not None:
+        c = s.calibration
+        bits = []
+        if c.factor is not None:
+            bits.append(f"factor {_num(c.factor)}")
+        if c.offset is not None:
+            bits.append(f"offset {_num(c.offset)}")
+        if c.r2 is not None:
+            bits.append(f"R² {c.r2:.3f}")
+        if c.steps is not None:
+            bits.append(f"over {_plural(c.steps, 'step')}")
+        if c.median_abs_error is not None:
+            bits.append(f"median absolute error {_num(c.median_abs_error)}")
+        if c.applied is not None:
+            bits.append("<strong>applied</strong>" if c.applied else "not applied")
+        items.append(("Calibration", " · ".join(bits) or "—"))
+    if s.floor is not None:
+        f = s.floor
+        items.append(
+            (
+                "Floor",
+                f"<strong>{_usd(f.cost)}</strong> — {f.input:,} input tokens: "
+                f"{f.write:,} written to the cache, {f.read:,} read from it; "
+                f"{f.output:,} output",
+            )
+        )
+    body = "".join(f"<dt>{_e(k)}</dt><dd>{v}</dd>" for k, v in items)
+    return f'<dl class="facts">{body}</dl>'
+
+
+def _usd2(x: float | None) -> str:
+    return "—" if x is None else f"${x:,.2f}"
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return _num(value)
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return _e(value)
+    return f"<code>{_e(json.dumps(value, sort_keys=True, default=str))}</code>"
+
+
+def _session_section(s: _Session, sid: str, *, heading: str | None) -> str:
+    parts = [f'<section class="session" id="{sid}">']
+    if heading is not None:
+        parts.append(f'<h2 id="{sid}-h">{heading}</h2>')
+        parts.append(_facts(s, with_session=True))
+        parts.append('<h3 class="sub">Totals by policy</h3>')
+    else:
+        parts.append(f'<h2 id="{sid}-h">Totals by policy</h2>')
+    parts.append(_totals_table(s, sid))
+    if any(r.has_steps for r in s.reports):
+        parts.append(_context_chart(s, sid))
+        parts.append(_cost_chart(s, sid))
+        parts.append(_cache_chart(s, sid))
+    else:
+        parts.append(
+            f'<p class="note" data-skipped="charts">No charts: the document carries no '
+            f"per-request steps for {_e(s.session)}.</p>"
+        )
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _aggregate_table(policies: Sequence[_AggPolicy]) -> str:
+    columns = [
+        ("Policy", False),
+        ("Sessions", True),
+        ("Stopped", True),
+        ("Cost", True),
+        ("p50", True),
+        ("p90", True),
+        ("Max", True),
+        ("Compactions", True),
+        ("Provider overflows", True),
+        ("Input", True),
+        ("Cache read", True),
+        ("Cache write", True),
+        ("Output", True),
+        ("Floor", True),
+        ("vs floor", True),
+    ]
+    rows = [
+        _row(
+            [
+                (_e(p.policy), False),
+                (_int(p.sessions), True),
+                (_int(p.stopped), True),
+                (_usd(p.cost), True),
+                (_usd(p.p50), True),
+                (_usd(p.p90), True),
+                (_usd(p.pmax), True),
+                (_int(p.compactions), True),
+                (_int(p.overflows), True),
+                (_int(p.input), True),
+                (_int(p.read), True),
+                (_int(p.write), True),
+                (_int(p.output), True),
+                (_usd(p.floor_cost), True),
+                (_ratio(p.floor_ratio), True),
+            ],
+            f' data-policy="{_e(p.policy)}"',
+        )
+        for p in policies
+    ]
+    return "\n".join(
+        [
+            '<section class="aggregate" id="aggregate">',
+            "<h2>All sessions, per policy</h2>",
+            '<div class="table-wrap"><table class="aggregate-table">',
+            "<caption>Sums over every session; p50, p90 and max are the cost of one "
+            "session.</caption>",
+            _head(columns),
+            "<tbody>",
+            *rows,
+            "</tbody></table></div>",
+            "</section>",
+        ]
+    )
+
+
+def _worst_table(worst: Sequence[_Worst], anchors: Mapping[str, str]) -> str:
+    columns = [
+        ("#", True),
+        ("Session", False),
+        ("Policy", False),
+        ("Cost", True),
+        ("vs floor", True),
+        ("Compactions", True),
+        ("Stopped", False),
+    ]
+    rows = []
+    for n, w in enumerate(worst, 1):
+        session = f"<code>{_e(w.session)}</code>"
+        if w.session in anchors:
+            session = f'<a href="#{anchors[w.session]}">{session}</a>'
+        rows.append(
+            _row(
+                [
+                    (str(n), True),
+                    (session, False),
+                    (_e(w.policy), False),
+                    (_usd(w.cost), True),
+                    (_ratio(w.floor_ratio), True),
+                    (_int(w.compactions), True),
+                    ("stopped" if w.stopped else "", False),
+                ]
+            )
+        )
+    return "\n".join(
+        [
+            '<section class="worst" id="worst">',
+            "<h2>Worst sessions</h2>",
+            '<div class="table-wrap"><table class="worst-table">',
+            "<caption>The session and policy pairs furthest above their floor, worst "
+            "first.</caption>",
+            _head(columns),
+            "<tbody>",
+            *rows,
+            "</tbody></table></div>",
+            "</section>",
+        ]
+    )
+
+
+def _rest_table(rest: Sequence[tuple[int, _Session]]) -> str:
+    policies = _unique(r.policy for _, s in rest for r in s.reports)
+    columns = [("#", True), ("Session", False), ("Model", False), ("Requests", True)]
+    columns += [(p, True) for p in policies]
+    rows = []
+    for n, s in rest:
+        by_policy = {r.policy: r for r in reversed(s.reports)}
+        cells = [
+            (str(n), True),
+            (f"<code>{_e(s.session)}</code>", False),
+            (f"<code>{_e(s.model)}</code>", False),
+            (_int(max(r.requests_total for r in s.reports)), True),
+        ]
+        for p in policies:
+            r = by_policy.get(p)
+            if r is None:
+                cells.append(("", True))
+            else:
+                cells.append((_usd(r.cost) + (" (stopped)" if r.stopped else ""), True))
+        rows.append(_row(cells))
+    return "\n".join(
+        [
+            '<section class="rest" id="more-sessions">',
+            f"<h2>{_plural(len(rest), 'more session')}</h2>",
+            f'<p class="note">Charts are drawn for the first {MAX_CHARTED_SESSIONS} '
+            "sessions only; these are listed with each policy's cost.</p>",
+            '<div class="table-wrap"><table class="rest-table">',
+            _head(columns),
+            "<tbody>",
+            *rows,
+            "</tbody></table></div>",
+            "</section>",
+        ]
+    )
+
+
+_CSS = """
+:root { color-scheme: light; }
+* { box-sizing: border-box; }
+html { -webkit-text-size-adjust: 100%; }
+body {
+  margin: 0; background: #FFFFFF; color: #1F2328;
+  font: 14px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial,
+    sans-serif;
+  -webkit-print-color-adjust: exact; print-color-adjust: exact;
+}
+header, main, footer { max-width: 1240px; margin: 0 auto; padding: 0 28px; }
+header { padding-top: 28px; padding-bottom: 12px; border-bottom: 1px solid #D1D9E0; }
+h1 { font-size: 22px; line-height: 1.3; margin: 0 0 14px; overflow-wrap: anywhere; }
+h2 { font-size: 18px; margin: 34px 0 10px; overflow-wrap: anywhere; }
+h3.sub { font-size: 15px; margin: 18px 0 8px; }
+section.session + section.session { border-top: 1px solid #D1D9E0; margin-top: 36px; }
+code { font: 12.5px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
+  overflow-wrap: anywhere; }
+dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 3px 18px;
+  margin: 0 0 12px; }
+dl.facts dt { color: #59636E; }
+dl.facts dd { margin: 0; overflow-wrap: anywhere; }
+.unit { color: #59636E; }
+.table-wrap { overflow-x: auto; margin: 0 0 8px; }
+table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums;
+  font-size: 13px; }
+caption { caption-side: top; text-align: left; color: #59636E; padding: 0 0 8px; }
+th, td { padding: 6px 8px; border-bottom: 1px solid #E3E8EE; white-space: nowrap;
+  vertical-align: baseline; }
+thead th { background: #F6F8FA; border-bottom: 1px solid #D1D9E0; font-weight: 600;
+  text-align: left; white-space: normal; vertical-align: bottom; }
+.num { text-align: right; }
+thead th.num { text-align: right; }
+tbody tr:nth-child(even) td { background: #FBFCFD; }
+td:first-child { white-space: normal; overflow-wrap: anywhere; min-width: 13em; }
+tr.best td { font-weight: 600; }
+tr.stopped td { color: #8C2F39; }
+.tag { display: inline-block; font-size: 11px; font-weight: 600; padding: 0 6px;
+  border: 1px solid #1B9E77; color: #11684F; border-radius: 9px; margin-left: 4px; }
+.dot svg { width: 10px; height: 10px; margin-right: 7px; vertical-align: -1px; }
+ul.errors { margin: 4px 0 0; padding-left: 20px; color: #8C2F39; }
+figure { margin: 22px 0; padding: 16px 18px 12px; border: 1px solid #D1D9E0;
+  border-radius: 8px; break-inside: avoid; page-break-inside: avoid; }
+figcaption { margin: 0 0 10px; color: #59636E; }
+figcaption strong { color: #1F2328; font-size: 15px; }
+ul.legend { list-style: none; display: flex; flex-wrap: wrap; gap: 4px 20px;
+  margin: 0 0 8px; padding: 0; font-size: 13px; }
+ul.legend li { display: inline-flex; align-items: center; gap: 6px; }
+ul.legend li span { overflow-wrap: anywhere; }
+svg.swatch { width: 28px; height: 12px; flex: none; }
+svg.chart { display: block; width: 100%; height: auto; }
+svg.chart text { font-family: inherit; }
+.note { color: #59636E; font-style: italic; }
+a { color: #0B5CAD; }
+footer { color: #59636E; font-size: 12px; padding-top: 18px; padding-bottom: 28px;
+  border-top: 1px solid #D1D9E0; margin-top: 36px; }
+@media print {
+  header, main, footer { max-width: none; padding: 0; }
+  figure { border-color: #999999; }
+  .table-wrap { overflow: visible; }
+}
+"""
+
+# Nothing may load or run: the page is a document, and it is read from untrusted places.
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+
+
+def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
+    """The simulation document ``doc`` as one self-contained HTML page.
+
+    ``doc`` is what ``kilo-rules simulate --format json`` prints: a single session
+    (``reports``) or a corpus (``sessions`` and an optional ``aggregate``). The page shows
+    the session's facts (model, cache, prices, calibration, floor), a totals table per
+    session and three inline-SVG charts per session: context size per request, cumulative
+    cost and the cache split. A corpus leads with the aggregate and the worst sessions and
+    draws charts for its first :data:`MAX_CHARTED_SESSIONS` sessions.
+
+    ``title`` replaces the default heading. The page has no script and loads nothing;
+    every string from ``doc`` is escaped. The same document always gives the same text.
+
+    Raises :class:`ValueError` naming the path of the first invalid value (for example
+    ``sessions[2].reports[0].steps[5].input: expected an integer, got a string``).
+    """
+    parsed = _parse(doc)
+    sessions = parsed.sessions
+    if title is None:
+        if parsed.corpus:
+            title = f"kilo-rules simulate: {_plural(len(sessions), 'session')}"
+        else:
+            title = f"kilo-rules simulate: {sessions[0].session} on {sessions[0].model}"
+    body: list[str] = ["<header>", f"<h1>{_e(title)}</h1>"]
+    if parsed.corpus:
+        models = _unique(s.model for s in sessions)
+        counters = _unique(c for s in sessions for c in s.counters)
+        facts = [
+            ("Sessions", f"{len(sessions):,}"),
+            ("Models", ", ".join(f"<code>{_e(m)}</code>" for m in models)),
+        ]
+        if counters:
+            facts.append(("Counter", ", ".join(f"<code>{_e(c)}</code>" for c in counters)))
+        facts.append(
+            (
+                "Policies",
+                ", ".join(_e(p) for p in _unique(r.policy for s in sessions for r in s.reports)),
+            )
+        )
+        body.append(
+            '<dl class="facts">'
+            + "".join(f"<dt>{_e(k)}</dt><dd>{v}</dd>" for k, v in facts)
+            + "</dl>"
+        )
+    else:
+        body.append(_facts(sessions[0], with_session=True))
+    body += ["</header>", "<main>"]
+    if parsed.corpus:
+        charted = list(enumerate(sessions[:MAX_CHARTED_SESSIONS], 1))
+        anchors: dict[str, str] = {}
+        for n, s in charted:
+            anchors.setdefault(s.session, f"s{n}")
+        if parsed.policies:
+            body.append(_aggregate_table(parsed.policies))
+        if parsed.worst:
+            body.append(_worst_table(parsed.worst, anchors))
+        for n, s in charted:
+            heading = f"{n}. <code>{_e(s.session)}</code>"
+            body.append(_session_section(s, f"s{n}", heading=heading))
+        rest = list(enumerate(sessions, 1))[MAX_CHARTED_SESSIONS:]
+        if rest:
+            body.append(_rest_table(rest))
+    else:
+        body.append(_session_section(sessions[0], "s1", heading=None))
+    body += [
+        "</main>",
+        "<footer>Written by <code>kilo-rules simulate</code>. This page is self-contained: "
+        "no scripts, no fonts or images from elsewhere; hover a marker or a line end for "
+        "its numbers.</footer>",
+    ]
+    head = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8"/>',
+        '<meta name="viewport" content="width=device-width, initial-scale=1"/>',
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}"/>',
+        '<meta name="generator" content="kilo-rules simulate"/>',
+        f"<title>{_e(title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+    ]
+    return "\n".join([*head, *body, "</body>", "</html>"]) + "\n"
