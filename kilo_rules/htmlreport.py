@@ -40,7 +40,7 @@ MAX_CHARTED_SESSIONS = 20
 _MAX_SLOTS = 300
 
 # Okabe-Ito, without its yellow (unreadable on white paper): distinguishable with the
-# common colour-vision deficiencies and in greyscale print by lightness.
+# common colour-vision deficiencies.
 _PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C6D31")
 # Each policy also has its own dash pattern: where policies send the same requests their
 # lines coincide, and the gaps of the later one let the earlier one show through; in
@@ -56,7 +56,10 @@ _CACHE_KINDS = (
 _INK = "#1F2328"
 _MUTED = "#59636E"
 _GRID = "#E3E8EE"
-_RECORDED = "#8A8F98"
+# The recorded input is drawn as a wide pale band under the policy lines: a calibrated
+# replay follows it closely, and a thin grey line would vanish beneath them.
+_RECORDED = "#C9CED6"
+_RECORDED_WIDTH = 7
 
 _WIDTH = 960.0
 _SVG_NS = "http://www.w3.org/2000/svg"
@@ -122,6 +125,7 @@ class _Calibration:
     r2: float | None
     steps: int | None
     median_abs_error: float | None
+    declared: bool | None
     applied: bool | None
 
 
@@ -176,6 +180,7 @@ class _Document:
     corpus: bool
     policies: tuple[_AggPolicy, ...] | None
     worst: tuple[_Worst, ...] | None
+    failed: tuple[tuple[str, str], ...] = ()
 
 
 def _kind(value: object) -> str:
@@ -293,13 +298,28 @@ def _parse(doc: object) -> _Document:
                     _worst(_Obj(w, f"{aggregate.at('worst')}[{i}]"))
                     for i, w in enumerate(worst_rows)
                 )
-        return _Document(parsed, True, policies, worst)
+        failed = tuple(
+            (f.text("session", "?"), f.text("error"))
+            for f in (_Obj(x, f"failed[{i}]") for i, x in enumerate(root.items("failed") or ()))
+        )
+        return _Document(parsed, True, policies, worst, failed)
     if root.map.get("reports") is None:
         raise ValueError(
             "simulation document: expected a 'reports' list (one session) "
             "or a 'sessions' list (a corpus), found neither"
         )
     return _Document((_session(root),), False, None, None)
+
+
+# Known keys first in reading order, any others sorted: two documents that list the same
+# facts in another order render the same line, so their pages diff cleanly.
+_CACHE_ORDER = ("kind", "max_breakpoints", "min_cacheable_tokens")
+_PRICE_ORDER = ("input", "output", "cache_write", "cache_write_1h", "cache_read")
+
+
+def _ordered(keys: Iterable[Any], known: Sequence[str]) -> list[str]:
+    names = {str(k) for k in keys}
+    return [k for k in known if k in names] + sorted(names.difference(known))
 
 
 def _session(obj: _Obj) -> _Session:
@@ -314,11 +334,12 @@ def _session(obj: _Obj) -> _Session:
     cache: tuple[tuple[str, Any], ...] = ()
     cache_obj = obj.child("cache")
     if cache_obj is not None:
-        cache = tuple((str(k), v) for k, v in cache_obj.map.items())
+        by_name = {str(k): v for k, v in cache_obj.map.items()}
+        cache = tuple((k, by_name[k]) for k in _ordered(by_name, _CACHE_ORDER))
     prices: tuple[tuple[str, float | None], ...] | None = None
     prices_obj = obj.child("prices")
     if prices_obj is not None:
-        prices = tuple((str(k), prices_obj.number(str(k))) for k in prices_obj.map)
+        prices = tuple((k, prices_obj.number(k)) for k in _ordered(prices_obj.map, _PRICE_ORDER))
     floor: _Floor | None = None
     floor_obj = obj.child("floor")
     if floor_obj is not None:
@@ -338,6 +359,7 @@ def _session(obj: _Obj) -> _Session:
             r2=cal.number("r2"),
             steps=cal.opt_integer("steps"),
             median_abs_error=cal.number("median_abs_error"),
+            declared=cal.opt_flag("declared"),
             applied=cal.opt_flag("applied"),
         )
     return _Session(
@@ -357,18 +379,29 @@ def _report(obj: _Obj) -> _Report:
     if policy is None:
         raise ValueError(f"{obj.at('policy')}: missing (expected the policy's name)")
     raw_steps = obj.items("steps")
+    # In request order whatever order they arrive in, or the lines would double back.
     steps = tuple(
-        _step(_Obj(s, f"{obj.at('steps')}[{i}]"), i + 1) for i, s in enumerate(raw_steps or ())
+        sorted(
+            (
+                _step(_Obj(s, f"{obj.at('steps')}[{i}]"), i + 1)
+                for i, s in enumerate(raw_steps or ())
+            ),
+            key=lambda st: st.index,
+        )
     )
     requests = obj.integer("requests", len(steps))
+    requests_total = obj.integer("requests_total", requests)
+    error = obj.opt_text("error")
+    stopped = obj.opt_flag("stopped")
     # Totals fall back to the steps' sums: a hand-trimmed document may carry only steps.
     return _Report(
         policy=policy,
         model=obj.text("model"),
         counter=obj.text("counter"),
         requests=requests,
-        requests_total=obj.integer("requests_total", requests),
-        stopped=bool(obj.opt_flag("stopped")),
+        requests_total=requests_total,
+        # An older document without the flag: stopped is what the simulator derives it from.
+        stopped=(error is not None or requests < requests_total) if stopped is None else stopped,
         compactions=obj.integer("compactions", sum(s.compactions for s in steps)),
         overflows=obj.integer("provider_overflows", sum(s.overflows for s in steps)),
         input=obj.integer("input", sum(s.input for s in steps)),
@@ -379,7 +412,7 @@ def _report(obj: _Obj) -> _Report:
         max_request=obj.integer("max_request", max((s.input for s in steps), default=0)),
         window=obj.opt_integer("window"),
         cost=obj.number("cost_usd"),
-        error=obj.opt_text("error"),
+        error=error,
         compaction_limit=obj.opt_integer("compaction_limit"),
         floor_ratio=obj.number("floor_ratio"),
         steps=steps,
@@ -500,6 +533,8 @@ def _money_tick(step: float) -> Callable[[float], str]:
     decimals = 0
     while decimals < 6 and abs(step * 10**decimals - round(step * 10**decimals)) > 1e-6:
         decimals += 1
+    # Fractions of a dollar read as cents: $0.50, not $0.5.
+    decimals = max(decimals, 2) if decimals else 0
     return lambda v: f"${v:,.{decimals}f}"
 
 
@@ -538,7 +573,7 @@ def _request_ticks(first: int, last: int, count: int = 8) -> list[int]:
     start = (first // step + 1) * step
     for v in range(start, last + 1, step):
         # A round tick right next to the first would print over it.
-        if v - first >= step / 2:
+        if v - first >= step * 0.75:
             ticks.append(v)
     return ticks
 
@@ -688,14 +723,14 @@ def _marker_shape(
     kind: str, x: float, y: float, color: str, inner: str = "", attrs: str = ""
 ) -> str:
     if kind == "compaction":
-        d = f"M{_c(x)},{_c(y - 6)}L{_c(x + 5.5)},{_c(y + 4)}L{_c(x - 5.5)},{_c(y + 4)}Z"
+        d = f"M{_c(x)},{_c(y - 7)}L{_c(x + 6.5)},{_c(y + 5)}L{_c(x - 6.5)},{_c(y + 5)}Z"
         return (
-            f'<path{attrs} d="{d}" fill="{color}" stroke="#FFFFFF" stroke-width="1">{inner}</path>'
+            f'<path{attrs} d="{d}" fill="{color}" stroke="{_INK}" stroke-width="0.9">{inner}</path>'
         )
     if kind == "prune":
         return (
-            f'<rect{attrs} x="{_c(x - 3)}" y="{_c(y - 3)}" width="6" height="6" fill="{color}" '
-            f'stroke="#FFFFFF" stroke-width="0.8">{inner}</rect>'
+            f'<rect{attrs} x="{_c(x - 3.5)}" y="{_c(y - 3.5)}" width="7" height="7" fill="{color}" '
+            f'stroke="{_INK}" stroke-width="0.8">{inner}</rect>'
         )
     a, b, t, u = _c(x - 4), _c(x + 4), _c(y - 4), _c(y + 4)
     d = f"M{a},{t}L{b},{u}M{a},{u}L{b},{t}"
@@ -828,17 +863,20 @@ def _context_chart(s: _Session, sid: str) -> str:
         path = _polyline((plot.x(rec_points[k][0]), plot.y(rec_points[k][1])) for k in keep)
         svg.append(
             f'<path class="series" data-series="recorded" d="{path}" fill="none" '
-            f'stroke="{_RECORDED}" stroke-width="1.6" stroke-linejoin="round"/>'
+            f'stroke="{_RECORDED}" stroke-width="{_RECORDED_WIDTH}" stroke-linejoin="round" '
+            'stroke-linecap="round"/>'
         )
         legend.append(
             _legend_item(
-                _swatch_line(_RECORDED, None, 1.6), "recorded", "series", ' data-kind="recorded"'
+                _swatch_line(_RECORDED, None, _RECORDED_WIDTH),
+                "recorded",
+                "series",
+                ' data-kind="recorded"',
             )
         )
     marks: list[str] = []
     kinds_seen = {"compaction", "overflow"}
-    for i in range(len(s.reports)):
-        r = s.reports[i]
+    for i, r in enumerate(s.reports):
         if not r.has_steps:
             continue
         if r.has_prunes:
@@ -889,17 +927,17 @@ def _context_chart(s: _Session, sid: str) -> str:
                     _swatch_marker(kind), _MARKER_LABELS[kind], "marker", f' data-kind="{kind}"'
                 )
             )
-    legend = [x for x in legend if 'data-legend="policy"' in x] + [
-        x for x in legend if 'data-legend="policy"' not in x
-    ]
     caption = (
         "<strong>Context size per request.</strong> Tokens in each request the policy sends "
-        "(the wire body, counted the same way for every policy). Markers sit on the request "
-        "they preceded: a compaction, a prune, or a request the provider would have rejected "
-        "for overflowing the window (retried after compaction)."
+        "(the wire body, counted the same way for every policy). A marker sits on the request "
+        "that followed a compaction, a prune, or a request the provider would have rejected "
+        "as larger than the window (sent again after compacting)."
     )
     if rec_points:
-        caption += " The grey line is the input the recorded agent's provider reported."
+        caption += (
+            " The wide grey band is the input the recorded agent's provider reported for "
+            "the same request."
+        )
     caption += _reduction_note(reduced)
     return _figure("context", chart_id, caption, legend, svg)
 
@@ -938,9 +976,10 @@ def _cost_chart(s: _Session, sid: str) -> str:
         if r.has_steps and any(st.cost is not None for st in r.steps)
     ]
     if s.prices is None or not reports:
+        model = f"the model {_e(s.model)}" if s.model else "the model"
         return (
-            f'<p class="note" data-skipped="cost" id="{chart_id}">No cost chart: the model '
-            f"{_e(s.model)} has no prices in the catalog.</p>"
+            f'<p class="note" data-skipped="cost" id="{chart_id}">No cost chart: {model} '
+            "has no prices in the catalog.</p>"
         )
     series: list[tuple[int, _Report, list[float]]] = []
     spread = False
@@ -1058,7 +1097,7 @@ def _cache_chart(s: _Session, sid: str) -> str:
     chart_id = f"{sid}-cache"
     reports = [(i, r) for i, r in enumerate(s.reports) if r.has_steps]
     cols = 1 if len(reports) == 1 else 2
-    left, right, gap_x = 64.0, 16.0, 36.0
+    left, right, gap_x = 64.0, 28.0, 52.0
     panel_w = (_WIDTH - left - right - gap_x * (cols - 1)) / cols
     panel_h, head, foot = 110.0, 24.0, 26.0
     rows = math.ceil(len(reports) / cols)
@@ -1153,7 +1192,9 @@ def _cache_chart(s: _Session, sid: str) -> str:
 
 
 def _row(cells: Sequence[tuple[str, bool]], attrs: str = "") -> str:
-    tds = "".join(f'<td class="num">{c}</td>' if num else f"<td>{c}</td>" for c, num in cells)
+    tds = "".join(
+        f'<td class="num">{c}</td>' if num else f'<td class="text">{c}</td>' for c, num in cells
+    )
     return f"<tr{attrs}>{tds}</tr>"
 
 
@@ -1177,7 +1218,7 @@ def _totals_table(s: _Session, sid: str) -> str:
         color, _ = _style(i)
         requests = _int(r.requests)
         if r.stopped:
-            requests = f"{requests} of {r.requests_total:,}, stopped"
+            requests = f'{requests} of {r.requests_total:,}, <span class="stop">stopped</span>'
         window = f"{r.max_request:,}"
         if r.window:
             window += f' <span class="unit">/ {r.window:,}</span>'
@@ -1262,7 +1303,8 @@ def _facts(s: _Session, *, with_session: bool) -> str:
     if with_session:
         messages = f" ({_plural(s.messages, 'message')})" if s.messages is not None else ""
         items.append(("Session", f"<code>{_e(s.session)}</code>{messages}"))
-    items.append(("Model", f"<code>{_e(s.model)}</code>"))
+    if s.model:
+        items.append(("Model", f"<code>{_e(s.model)}</code>"))
     if s.counters:
         items.append(("Counter", ", ".join(f"<code>{_e(c)}</code>" for c in s.counters)))
     if s.cache:
@@ -1280,17 +1322,19 @@ def _facts(s: _Session, *, with_session: bool) -> str:
         items.append(("Prices", f'{prices} <span class="unit">per million tokens</span>'))
     if s.calibration is not None:
         c = s.calibration
-        bits = []
-        if c.factor is not None:
-            bits.append(f"factor {_num(c.factor)}")
-        if c.offset is not None:
-            bits.append(f"offset {_num(c.offset)}")
+        # The simulator's model: reported ≈ factor × simulated + offset (the hidden prefix).
+        bits = [
+            f"reported ≈ {c.factor if c.factor is not None else 1.0:g} × simulated + "
+            f"{_num(c.offset or 0)} tokens"
+        ]
+        if c.declared or c.steps == 0:
+            bits.append("declared by hand")
+        elif c.steps is not None:
+            bits.append(f"fitted on {_plural(c.steps, 'step')}")
         if c.r2 is not None:
-            bits.append(f"R² {c.r2:.3f}")
-        if c.steps is not None:
-            bits.append(f"over {_plural(c.steps, 'step')}")
+            bits.append(f"R² {c.r2:.4f}")
         if c.median_abs_error is not None:
-            bits.append(f"median absolute error {_num(c.median_abs_error)}")
+            bits.append(f"median error {100 * c.median_abs_error:.2f}%")
         if c.applied is not None:
             bits.append("<strong>applied</strong>" if c.applied else "not applied")
         items.append(("Calibration", " · ".join(bits) or "—"))
@@ -1326,6 +1370,36 @@ def _scalar(value: Any) -> str:
     return f"<code>{_e(json.dumps(value, sort_keys=True, default=str))}</code>"
 
 
+def _lede(s: _Session) -> str:
+    """One sentence with the answer most readers came for: which policy is cheapest, and
+    by how much."""
+    priced = [r for r in s.reports if r.cost is not None and not r.stopped]
+    if len(priced) < 2:
+        return ""
+    dear = max(priced, key=lambda r: r.cost or 0.0)
+    low, high = min(r.cost or 0.0 for r in priced), dear.cost or 0.0
+    if high == low:
+        text = f"All {len(priced)} complete replays cost the same: {_usd(low)}."
+    else:
+        tied = [f"<strong>{_e(r.policy)}</strong>" for r in priced if r.cost == low]
+        who = (
+            f"{tied[0]} is the cheapest complete replay"
+            if len(tied) == 1
+            else f"{', '.join(tied[:-1])} and {tied[-1]} are the cheapest complete replays"
+        )
+        text = f"{who} at {_usd(low)}; <strong>{_e(dear.policy)}</strong> costs {_usd(high)}" + (
+            f" ({_ratio(high / low)} as much)." if low > 0 else "."
+        )
+    floor = s.floor.cost if s.floor is not None else None
+    if floor:
+        text += f" The floor is {_usd(floor)}: the cheapest costs {_ratio(low / floor)} that."
+    stopped = sum(r.stopped for r in s.reports)
+    if stopped:
+        who = "1 policy" if stopped == 1 else f"{stopped} policies"
+        text += f" {who} stopped early: fewer requests, so not compared."
+    return f'<p class="lede">{text}</p>'
+
+
 def _session_section(s: _Session, sid: str, *, heading: str | None) -> str:
     parts = [f'<section class="session" id="{sid}">']
     if heading is not None:
@@ -1334,6 +1408,7 @@ def _session_section(s: _Session, sid: str, *, heading: str | None) -> str:
         parts.append('<h3 class="sub">Totals by policy</h3>')
     else:
         parts.append(f'<h2 id="{sid}-h">Totals by policy</h2>')
+    parts.append(_lede(s))
     parts.append(_totals_table(s, sid))
     if any(r.has_steps for r in s.reports):
         parts.append(_context_chart(s, sid))
@@ -1449,6 +1524,17 @@ def _worst_table(worst: Sequence[_Worst], anchors: Mapping[str, str]) -> str:
     )
 
 
+def _failed_list(failed: Sequence[tuple[str, str]]) -> str:
+    items = "".join(
+        f"<li><code>{_e(session)}</code>: {_e(error)}</li>" for session, error in failed
+    )
+    return (
+        '<section class="failed" id="failed">'
+        f"<h2>{_plural(len(failed), 'session')} could not be replayed</h2>"
+        f'<ul class="errors">{items}</ul></section>'
+    )
+
+
 def _rest_table(rest: Sequence[tuple[int, _Session]]) -> str:
     policies = _unique(r.policy for _, s in rest for r in s.reports)
     columns = [("#", True), ("Session", False), ("Model", False), ("Requests", True)]
@@ -1510,18 +1596,20 @@ dl.facts dd { margin: 0; overflow-wrap: anywhere; }
 .unit { color: #59636E; }
 .table-wrap { overflow-x: auto; margin: 0 0 8px; }
 table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums;
-  font-size: 13px; }
+  font-size: 12.5px; }
 caption { caption-side: top; text-align: left; color: #59636E; padding: 0 0 8px; }
-th, td { padding: 6px 8px; border-bottom: 1px solid #E3E8EE; white-space: nowrap;
+th, td { padding: 6px 6px; border-bottom: 1px solid #E3E8EE; white-space: nowrap;
   vertical-align: baseline; }
 thead th { background: #F6F8FA; border-bottom: 1px solid #D1D9E0; font-weight: 600;
   text-align: left; white-space: normal; vertical-align: bottom; }
 .num { text-align: right; }
 thead th.num { text-align: right; }
 tbody tr:nth-child(even) td { background: #FBFCFD; }
-td:first-child { white-space: normal; overflow-wrap: anywhere; min-width: 13em; }
+td.text { white-space: normal; overflow-wrap: anywhere; }
+td.text:first-child { min-width: 11em; }
 tr.best td { font-weight: 600; }
-tr.stopped td { color: #8C2F39; }
+tr.stopped td { color: #59636E; }
+tr.stopped .stop { color: #8C2F39; font-weight: 600; }
 .tag { display: inline-block; font-size: 11px; font-weight: 600; padding: 0 6px;
   border: 1px solid #1B9E77; color: #11684F; border-radius: 9px; margin-left: 4px; }
 .dot svg { width: 10px; height: 10px; margin-right: 7px; vertical-align: -1px; }
@@ -1538,6 +1626,7 @@ svg.swatch { width: 28px; height: 12px; flex: none; }
 svg.chart { display: block; width: 100%; height: auto; }
 svg.chart text { font-family: inherit; }
 .note { color: #59636E; font-style: italic; }
+p.lede { font-size: 15px; margin: 0 0 12px; }
 a { color: #0B5CAD; }
 footer { color: #59636E; font-size: 12px; padding-top: 18px; padding-bottom: 28px;
   border-top: 1px solid #D1D9E0; margin-top: 36px; }
@@ -1574,7 +1663,10 @@ def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
         if parsed.corpus:
             title = f"kilo-rules simulate: {_plural(len(sessions), 'session')}"
         else:
-            title = f"kilo-rules simulate: {sessions[0].session} on {sessions[0].model}"
+            one = sessions[0]
+            title = f"kilo-rules simulate: {one.session}" + (
+                f" on {one.model}" if one.model else ""
+            )
     body: list[str] = ["<header>", f"<h1>{_e(title)}</h1>"]
     if parsed.corpus:
         models = _unique(s.model for s in sessions)
@@ -1608,6 +1700,8 @@ def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
             body.append(_aggregate_table(parsed.policies))
         if parsed.worst:
             body.append(_worst_table(parsed.worst, anchors))
+        if parsed.failed:
+            body.append(_failed_list(parsed.failed))
         for n, s in charted:
             heading = f"{n}. <code>{_e(s.session)}</code>"
             body.append(_session_section(s, f"s{n}", heading=heading))

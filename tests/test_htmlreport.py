@@ -74,11 +74,12 @@ def enriched() -> dict[str, Any]:
         "output": 40_320,
     }
     doc["calibration"] = {
-        "factor": 1.07,
-        "offset": -312.5,
-        "r2": 0.9821,
-        "steps": 143,
-        "median_abs_error": 0.031,
+        "factor": 1.0331,
+        "offset": 12_118,
+        "r2": 0.99956,
+        "steps": 120,
+        "median_abs_error": 0.00356,
+        "declared": False,
         "applied": True,
     }
     recorded = {st["index"]: st["input"] * 104 // 100 + 900 for st in doc["reports"][0]["steps"]}
@@ -131,7 +132,8 @@ def long_doc(steps: int = 10_000) -> dict[str, Any]:
             )
         # The marked requests sit mid-range: only the keep-the-markers rule draws them.
         for i in (2_500, 5_000, 7_777):
-            rows[i - 1]["input"] = 50_000
+            if i <= steps:
+                rows[i - 1]["input"] = 50_000
         reports.append(
             {"policy": policy, "window": 200_000, "cost_usd": 0.01 * steps, "steps": rows}
         )
@@ -150,7 +152,11 @@ def corpus(n: int, *, aggregate: bool = True) -> dict[str, Any]:
         doc = opus() if i == 1 else small()
         doc["session"] = f"corpus/session-{i + 1:02d}.jsonl"
         sessions.append(doc)
-    out: dict[str, Any] = {"version": 1, "sessions": sessions}
+    out: dict[str, Any] = {
+        "version": 1,
+        "sessions": sessions,
+        "failed": [{"session": f"broken/{HOSTILE}.jsonl", "error": "not a session log"}],
+    }
     if aggregate:
         out["aggregate"] = {
             "policies": [
@@ -177,7 +183,7 @@ def corpus(n: int, *, aggregate: bool = True) -> dict[str, Any]:
                 {
                     "session": "corpus/session-02.jsonl",
                     "policy": "local-small",
-                    "cost_usd": 28.865,
+                    "cost_usd": 28.8654,
                     "floor_ratio": 9.5,
                     "compactions": 1,
                     "stopped": False,
@@ -225,6 +231,14 @@ def test_small_fixture_table_and_header() -> None:
     assert facts["Cache"] == "explicit · max breakpoints 4 · min cacheable tokens 1,024"
     assert facts["Prices"].startswith("input $3.00 · output $15.00 · cache write $3.75")
     assert "Calibration" not in facts and "Floor" not in facts
+    assert text_of(one(root, ".//p[@class='lede']")) == (
+        "kilo-default and long-run are the cheapest complete replays at $0.3547; "
+        "local-small costs $1.54 (4.34× as much)."
+    )
+    ticks = [
+        text_of(t) for t in root.findall(".//figure[@data-chart='cost']//g[@class='tick']/text")
+    ]
+    assert ticks[:5] == ["$0.00", "$0.50", "$1.00", "$1.50", "$2.00"]
     rows = root.findall(".//table[@class='totals']/tbody/tr")
     assert [r.get("data-policy") for r in rows] == [
         "kilo-default",
@@ -307,6 +321,10 @@ def test_opus_cost_lines_end_at_the_table_totals() -> None:
     ]
     rows = root.findall(".//table[@class='totals']/tbody/tr")
     assert [text_of(r[10]) for r in rows] == ["$5.10", "$5.66", "$5.10", "$28.87"]
+    assert text_of(one(root, ".//p[@class='lede']")) == (
+        "kilo-default is the cheapest complete replay at $5.10; "
+        "local-small costs $28.87 (5.66× as much)."
+    )
     assert [text_of(r[11]) for r in rows] == ["1.00×", "1.11×", "1.00×", "5.66×"]
     assert "added at the requests that followed them" in text_of(one(cost, "figcaption"))
 
@@ -321,8 +339,8 @@ def test_optional_keys_floor_calibration_limits_prunes_recorded() -> None:
         )
     )
     assert facts["Calibration"] == (
-        "factor 1.07 · offset -312.5 · R² 0.982 · over 143 steps · "
-        "median absolute error 0.031 · applied"
+        "reported ≈ 1.0331 × simulated + 12,118 tokens · fitted on 120 steps · R² 0.9996 · "
+        "median error 0.36% · applied"
     )
     assert facts["Floor"].startswith("$2.50 — 11,000,000 input tokens: 180,000 written")
     rows = root.findall(".//table[@class='totals']/tbody/tr")
@@ -332,8 +350,12 @@ def test_optional_keys_floor_calibration_limits_prunes_recorded() -> None:
     assert text_of(stopped[1]) == "100 of 143, stopped"
     # floor_ratio from the document, not recomputed
     assert [text_of(r[12]) for r in rows[:4]] == ["2.04×", "2.27×", "2.04×", "11.55×"]
+    assert text_of(one(root, ".//p[@class='lede']")).endswith(
+        "The floor is $2.50: the cheapest costs 2.04× that. "
+        "1 policy stopped early: fewer requests, so not compared."
+    )
     errors = one(root, ".//ul[@class='errors']")
-    assert text_of(errors) == (
+    assert text_of(errors).strip() == (
         "tight-window stopped after 100 requests of 143: "
         "compaction exhausted: the tail alone exceeds the window"
     )
@@ -347,7 +369,7 @@ def test_optional_keys_floor_calibration_limits_prunes_recorded() -> None:
     ]
     assert text_of(one(limits[3], "title")) == "local-small compacts at 140,000 tokens"
     recorded = one(context, ".//path[@data-series='recorded']")
-    assert recorded.get("stroke") == "#8A8F98"
+    assert (recorded.get("stroke"), recorded.get("stroke-width")) == ("#C9CED6", "7")
     assert len(path_points(recorded.get("d", ""))) == 143
     kinds = [li.get("data-kind") for li in context.findall(".//li") if li.get("data-kind")]
     assert kinds == [
@@ -359,9 +381,7 @@ def test_optional_keys_floor_calibration_limits_prunes_recorded() -> None:
         "overflow",
     ]
     overflow = context.findall(".//*[@data-kind='overflow'][@class='marker']")
-    assert [(m.get("data-policy"), m.get("data-step")) for m in overflow] == [
-        ("local-small", "91")
-    ]
+    assert [(m.get("data-policy"), m.get("data-step")) for m in overflow] == [("local-small", "91")]
     prunes = {
         (m.get("data-policy"), m.get("data-step"))
         for m in context.findall(".//rect[@data-kind='prune']")
@@ -370,6 +390,43 @@ def test_optional_keys_floor_calibration_limits_prunes_recorded() -> None:
     assert ("tight-window", "120") not in prunes  # it stopped at request 100
     cost = one(root, ".//figure[@data-chart='cost']")
     assert text_of(one(cost, ".//li[@data-kind='floor']")) == "floor $2.50"
+
+
+def test_declared_calibration_not_applied() -> None:
+    doc = small()
+    doc["calibration"] = {"factor": 1.2, "offset": 0, "steps": 0, "declared": True}
+    doc["calibration"]["applied"] = False
+    root = parse(render_html(doc))
+    dd = root.findall(".//header/dl/dd")[-1]
+    assert text_of(dd) == "reported ≈ 1.2 × simulated + 0 tokens · declared by hand · not applied"
+
+
+def test_minimal_document_steps_in_any_order() -> None:
+    """Only a policy and its steps: totals come from the steps, the missing stopped flag
+    from the request counts, and the line runs in request order."""
+    steps = [{"index": i, "input": 1000 * i, "uncached": 1000 * i} for i in (3, 1, 2)]
+    doc = {"reports": [{"policy": "p", "requests_total": 5, "steps": steps}]}
+    root = parse(render_html(doc))
+    row = one(root, ".//table[@class='totals']/tbody/tr")
+    assert row.get("class") == "stopped"
+    assert [text_of(td) for td in row][1:9] == [
+        "3 of 5, stopped",
+        "0",
+        "0",
+        "6,000",
+        "0",
+        "0",
+        "6,000",
+        "0",
+    ]
+    line = one(root, ".//path[@data-series='policy']")
+    xs = [x for x, _ in path_points(line.get("d", ""))]
+    ys = [y for _, y in path_points(line.get("d", ""))]
+    assert xs == sorted(xs) and ys == sorted(ys, reverse=True)
+    assert text_of(one(root, "head/title")) == "kilo-rules simulate: session"
+    assert text_of(one(root, ".//p[@data-skipped='cost']")) == (
+        "No cost chart: the model has no prices in the catalog."
+    )
 
 
 def test_no_prices_skips_the_cost_chart_with_a_note() -> None:
@@ -419,7 +476,7 @@ def test_strings_from_the_document_are_escaped() -> None:
     assert text_of(rows[1][0]) == HOSTILE
     legend = one(root, ".//figure[@data-chart='context']//li[@data-policy='" + HOSTILE + "']")
     assert text_of(legend) == HOSTILE
-    assert text_of(one(root, ".//ul[@class='errors']")).endswith(f"boom {HOSTILE}")
+    assert text_of(one(root, ".//ul[@class='errors']")).strip().endswith(f"boom {HOSTILE}")
     assert text_of(one(root, ".//h1")) == (
         f"kilo-rules simulate: sessions/{HOSTILE}.jsonl on {doc['model']}"
     )
@@ -486,12 +543,12 @@ def test_long_series_are_reduced_keeping_every_marker() -> None:
             assert marker.get("data-step") == step
             # The marker sits on a point of the reduced line.
             if kind == "prune":
-                cx = float(marker.get("x", "0")) + 3
-                cy = float(marker.get("y", "0")) + 3
+                cx = float(marker.get("x", "0")) + 3.5
+                cy = float(marker.get("y", "0")) + 3.5
             else:
                 shape = path_points(marker.get("d", ""))
                 cx = sum(x for x, _ in shape) / len(shape)
-                cy = max(y for _, y in shape) - 4
+                cy = max(y for _, y in shape) - (5 if kind == "compaction" else 4)
             assert any(abs(x - cx) < 0.15 and abs(y - cy) < 0.15 for x, y in points), kind
     cost = one(root, ".//figure[@data-chart='cost']")
     for line in cost.findall(".//path[@data-series='policy']"):
@@ -549,6 +606,9 @@ def test_corpus_aggregate_worst_and_sections() -> None:
     assert one(worst[0], ".//a").get("href") == "#s2"
     assert not worst[1].findall(".//a")  # not a session of this page
     assert text_of(worst[1][6]) == "stopped"
+    failed = one(root, ".//section[@class='failed']")
+    assert text_of(one(failed, "h2")) == "1 session could not be replayed"
+    assert text_of(one(failed, "ul")) == f"broken/{HOSTILE}.jsonl: not a session log"
     sections = root.findall(".//section[@class='session']")
     assert [s.get("id") for s in sections] == ["s1", "s2"]
     assert [len(s.findall(".//figure")) for s in sections] == [3, 3]
