@@ -112,6 +112,7 @@ class _Report:
 @dataclass(frozen=True, slots=True)
 class _Floor:
     cost: float | None
+    policy: str | None
     input: int
     write: int
     read: int
@@ -345,6 +346,7 @@ def _session(obj: _Obj) -> _Session:
     if floor_obj is not None:
         floor = _Floor(
             cost=floor_obj.number("cost_usd"),
+            policy=floor_obj.opt_text("policy"),
             input=floor_obj.integer("input"),
             write=floor_obj.integer("cache_write"),
             read=floor_obj.integer("cache_read"),
@@ -1067,8 +1069,9 @@ def _cost_chart(s: _Session, sid: str) -> str:
         )
     if floor_cost is not None:
         caption += (
-            " The dotted line is the floor: every input token written to the cache once "
-            "and read from it thereafter."
+            " The dotted line is the floor: the cheapest of these replays under a perfect "
+            "prompt cache (each token written once, read by every later request that "
+            "repeats it)."
         )
     caption += _reduction_note(reduced)
     return _figure("cost", chart_id, caption, legend, svg)
@@ -1343,7 +1346,9 @@ def _facts(s: _Session, *, with_session: bool) -> str:
         items.append(
             (
                 "Floor",
-                f"<strong>{_usd(f.cost)}</strong> — {f.input:,} input tokens: "
+                f"<strong>{_usd(f.cost)}</strong>"
+                + (f" ({_e(f.policy)}'s requests under a perfect cache)" if f.policy else "")
+                + f" — {f.input:,} input tokens: "
                 f"{f.write:,} written to the cache, {f.read:,} read from it; "
                 f"{f.output:,} output",
             )

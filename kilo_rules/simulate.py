@@ -37,12 +37,10 @@ from .tokens import CountCache, TokenCounter, counter_for
 
 __all__ = [
     "Calibration",
-    "Floor",
     "ReplayStep",
     "SessionJob",
     "SimulationReport",
     "SimulationStep",
-    "cost_floor",
     "default_counter",
     "fit_calibration",
     "recorded_input",
@@ -122,8 +120,11 @@ class SimulationReport:
     summary_output: int = 0  # tokens of the summaries it wrote
     error: str | None = None  # why the replay stopped early (compaction exhausted)
     prices: dict[str, float | None] | None = None
+    cache_kind: str = "explicit"  # the model's prompt cache (explicit, automatic, none)
     requests_total: int = 0  # the requests the recorded session made
     compaction_limit: int | None = None  # the context size at which the plan compacts
+    perfect_read: int = 0  # the same requests under a perfect cache: tokens read
+    perfect_write: int = 0  # ... and written (each once)
     calibration: Calibration | None = None  # applied to every request's count
 
     @property
@@ -174,6 +175,22 @@ class SimulationReport:
         p_in, p_out = self.prices["input"] or 0.0, self.prices["output"] or 0.0
         return steps + (self.summary_input * p_in + self.summary_output * p_out) / 1e6
 
+    @property
+    def floor_cost(self) -> float | None:
+        """USD of the same requests under a perfect prompt cache (each token written once,
+        read by every later request that repeats it; summary calls as sent): what no
+        placement of breakpoints can beat for this policy. None without prices."""
+        p = self.prices
+        if p is None:
+            return None
+        p_in, p_out = p["input"] or 0.0, p["output"] or 0.0
+        # An explicit cache bills its writes; an automatic one bills them as plain input;
+        # without a cache every token is plain input.
+        write = (p["cache_write"] or p_in) if self.cache_kind == "explicit" else p_in
+        read = p_in if self.cache_kind == "none" else (p["cache_read"] or 0.0)
+        usd = self.perfect_write * write + self.perfect_read * read + self.output * p_out
+        return (usd + self.summary_input * p_in + self.summary_output * p_out) / 1e6
+
     def to_json(self, *, steps: bool = True) -> dict[str, Any]:
         """Stable JSON shape of the report; ``steps=False`` leaves out per-step detail."""
         out: dict[str, Any] = {
@@ -199,6 +216,9 @@ class SimulationReport:
             "cost_usd": self.cost,
             "error": self.error,
             "compaction_limit": self.compaction_limit,
+            "floor_cost_usd": self.floor_cost,
+            "floor_cache_read": self.perfect_read,
+            "floor_cache_write": self.perfect_write,
         }
         if steps:
             out["steps"] = [s.to_json() for s in self.steps]
@@ -349,79 +369,28 @@ def _robust_fit(pairs: Sequence[tuple[int, int]]) -> Calibration | None:
     return Calibration(round(factor, 4), round(offset), round(r2, 5), n, round(error, 5))
 
 
-@dataclass(frozen=True, slots=True)
-class Floor:
-    """The cost lower bound of a session on one model: every input token written to the
-    cache once, when first sent, and read from it in every later request, with the
-    recorded outputs; no compaction, no expiry, no breakpoint limit. A plan that compacts
-    sends less than the whole history and may cost less than this; one that keeps it all
-    cannot."""
+class _PerfectCache:
+    """A prompt cache without limits: every prefix of every request is kept, for ever.
+    The cheapest any cache could make a sequence of requests: each token written once,
+    when a request first carries it, and read by every later request that repeats it."""
 
-    input: int  # tokens of every request of the full history, summed
-    cache_write: int
-    cache_read: int
-    output: int
-    cost: float | None
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
 
-    def to_json(self) -> dict[str, Any]:
-        """Stable JSON shape."""
-        return {
-            "input": self.input,
-            "cache_write": self.cache_write,
-            "cache_read": self.cache_read,
-            "output": self.output,
-            "cost_usd": self.cost,
-        }
-
-
-def cost_floor(
-    plan: Plan,
-    session: Session,
-    *,
-    counter: TokenCounter | None = None,
-    calibration: Calibration | None = None,
-) -> Floor:
-    """The :class:`Floor` of ``session`` at ``plan``'s model prices: the history the
-    session grew (its recorded compactions dropped), each message lowered as ``plan``
-    lowers it and counted once as JSON, behind the fixed prefix (tools and system) of the
-    plan's first request."""
-    from .runtime.lower import lower, lower_settings
-
-    count = (counter or default_counter()).count
-    original = without_recorded_compactions(session)
-    settings = lower_settings(plan)
-    first = next((i for i, m in enumerate(original.messages) if m.role == "assistant"), None)
-    if first is None:
-        return Floor(0, 0, 0, 0, 0.0 if plan.model.prices is not None else None)
-    # The first request as the plan sends it (tools, system, the opening messages); every
-    # later message adds its lowered JSON.
-    head = Runtime(plan, _Unused()).step(
-        original.model_copy(update={"messages": original.messages[:first]})
-    )
-    context = sum(b.tokens for b in blocks(head.request, count))
-    write = read = total = output = 0
-    seen = 0  # tokens already in the cache
-    for msg in original.messages[first:]:
-        if msg.role == "assistant":
-            size = calibration.count(context) if calibration else context
-            write += size - seen
-            read += seen
-            total += size
-            seen = size
-            output += _output(msg)
-        context += sum(count(messages_json([m])) for m in lower([msg], settings))
-    p = plan.model.prices
-    cost = None
-    if p is not None:
-        cost = (write * (p.cache_write or p.input) + read * p.cache_read + output * p.output) / 1e6
-    return Floor(total, write, read, output, cost)
-
-
-class _Unused:
-    """The summarizer of a step that must not compact."""
-
-    def summarize(self, request: SummaryRequest) -> str:
-        raise AssertionError("the floor's first request does not compact")
+    def step(self, seq: list[Block]) -> tuple[int, int]:
+        """(read, written) tokens of one request."""
+        read = written = 0
+        prefix = 0
+        hit = True
+        for b in seq:
+            prefix = hash((prefix, b.key))
+            if hit and prefix in self._seen:
+                read += b.tokens
+                continue
+            hit = False
+            written += b.tokens
+            self._seen.add(prefix)
+        return read, written
 
 
 class _Metered:
@@ -560,6 +529,8 @@ class _Replay:
         m = self.plan.model
         out = SimulationReport(self.plan.policy, m.id, self.window, self.counter.name)
         out.prices = m.prices.model_dump() if m.prices is not None else None
+        out.cache_kind = m.cache.kind
+        perfect = _PerfectCache()
         out.requests_total = sum(1 for m in original.messages if m.role == "assistant")
         out.calibration = self.calibration
         try:
@@ -568,6 +539,9 @@ class _Replay:
             out.compaction_limit = None
         try:
             for step in self.steps(original):
+                read, written = perfect.step(step.blocks)
+                out.perfect_read += read
+                out.perfect_write += written
                 output = _output(step.message)
                 out.compactions += step.compactions
                 out.provider_overflows += step.overflows
@@ -672,7 +646,8 @@ def session_document(
 ) -> dict[str, Any]:
     """Everything ``kilo-rules simulate`` reports for one session, as its JSON document:
     the model, its cache facts and prices, the fitted calibration (when the log records
-    usage), the cost floor, and one report per plan with its ratio to the floor.
+    usage), the cost floor (the cheapest of the replays under a perfect prompt cache), and
+    one report per plan with its own perfect-cache cost and its ratio to the floor.
 
     ``calibrate`` applies the fitted calibration (a log without usage raises
     :class:`~kilo_rules.errors.SessionError`); ``declared`` is one set by hand, applied
@@ -702,18 +677,32 @@ def session_document(
         seconds_per_step=seconds_per_step,
         calibration=applied,
     )
-    floor = cost_floor(plans[0], session, calibration=applied)
     calibration = None
     if applied is not None:
         calibration = applied.to_json(applied=True)
     elif fitted is not None:
         calibration = fitted.to_json(applied=False)
+    # The session's floor: the cheapest of these replays under a perfect cache.
+    finished = [r for r in reports if not r.stopped and r.floor_cost is not None]
+    best = min(finished, key=lambda r: r.floor_cost or 0.0, default=None)
+    floor: dict[str, Any] | None = None
+    if best is not None:
+        floor = {
+            "cost_usd": best.floor_cost,
+            "policy": best.policy,
+            "input": best.perfect_read + best.perfect_write,
+            "cache_write": best.perfect_write,
+            "cache_read": best.perfect_read,
+            "output": best.output,
+        }
     out_reports = []
     for r in reports:
         doc = r.to_json(steps=steps)
         cost = r.cost
         doc["floor_ratio"] = (
-            cost / floor.cost if cost is not None and floor.cost and not r.stopped else None
+            cost / floor["cost_usd"]
+            if floor and cost is not None and floor["cost_usd"] and not r.stopped
+            else None
         )
         out_reports.append(doc)
     return {
@@ -724,7 +713,7 @@ def session_document(
         "cache": model.cache.model_dump(mode="json"),
         "prices": model.prices.model_dump(mode="json") if model.prices else None,
         "calibration": calibration,
-        "floor": floor.to_json(),
+        "floor": floor,
         "reports": out_reports,
     }
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kilo_rules.cachesim import Block
 from kilo_rules.catalog import ModelInfo, bundled_catalog
 from kilo_rules.compile import compile_policy
 from kilo_rules.errors import SessionError
@@ -14,7 +15,7 @@ from kilo_rules.session import Session, TokenUsage
 from kilo_rules.simulate import (
     Calibration,
     SimulationReport,
-    cost_floor,
+    _PerfectCache,
     fit_calibration,
     session_document,
     simulate,
@@ -157,34 +158,51 @@ def test_a_log_without_usage_cannot_be_calibrated() -> None:
     assert declared["calibration"]["declared"] is True
 
 
-def test_the_floor_writes_each_token_once_and_reads_it_after() -> None:
-    plan = compile_policy("kilo-default", model(prices=PRICES))
-    sess = _turns()
-    floor = cost_floor(plan, sess)
-    (report,) = simulate(sess, [plan])
-    sizes = [s.cache.input for s in report.steps]
-    # Three requests: the floor's first is the whole first request, each later one adds
-    # the new messages; writes sum to the last size, reads to the earlier sizes.
-    assert floor.cache_write == floor.input - floor.cache_read
-    assert floor.cache_read < floor.input
-    assert abs(floor.cache_write - sizes[-1]) <= 0.05 * sizes[-1]
-    assert floor.output == 55
-    want = (floor.cache_write * 3.75 + floor.cache_read * 0.3 + 55 * 15.0) / 1e6
-    assert floor.cost == pytest.approx(want)
-    # kilo-default keeps the whole history here, so it cannot beat the floor
-    assert report.cost is not None and floor.cost is not None
-    assert report.cost >= floor.cost * 0.99
+def test_a_perfect_cache_writes_each_prefix_once_and_reads_it_after() -> None:
+    cache = _PerfectCache()
+    assert cache.step([Block("t", 100), Block("m0", 50)]) == (0, 150)
+    assert cache.step([Block("t", 100), Block("m0", 50), Block("m1", 30)]) == (150, 30)
+    # a changed block breaks the prefix: everything after it is written again
+    assert cache.step([Block("t", 100), Block("x", 50), Block("m1", 30)]) == (100, 80)
+    # any earlier request's prefix is still there (no expiry, no breakpoint limit)
+    assert cache.step([Block("t", 100), Block("m0", 50), Block("y", 5)]) == (150, 5)
+
+
+def test_no_policy_beats_its_own_perfect_cache() -> None:
+    plans = [
+        compile_policy(name, model(prices=PRICES))
+        for name in ("kilo-default", "cache-max", "local-small")
+    ]
+    for report in simulate(_turns(), plans):
+        assert report.cost is not None and report.floor_cost is not None
+        assert report.floor_cost <= report.cost + 1e-12
+        assert report.perfect_read + report.perfect_write == report.input
+
+
+@needs_shared
+def test_the_floor_of_a_long_session_is_the_cheapest_replay_under_a_perfect_cache(
+    opus: tuple[Session, ModelInfo, Calibration, SimulationReport, SimulationReport],
+) -> None:
+    _, _, _, plain, calibrated = opus
+    for r in (plain, calibrated):
+        assert r.floor_cost is not None and r.cost is not None
+        # kilo-default's rolling breakpoints already read everything a perfect cache would
+        assert r.floor_cost <= r.cost <= r.floor_cost * 1.01
 
 
 def test_the_session_document_holds_the_floor_and_each_ratio() -> None:
     plans = [compile_policy(name, model(prices=PRICES)) for name in ("kilo-default", "local-small")]
     doc = session_document(_turns(), plans, name="turns.json")
-    floor = doc["floor"]["cost_usd"]
-    assert floor > 0
+    floor = doc["floor"]
+    assert floor["cost_usd"] == min(r["floor_cost_usd"] for r in doc["reports"])
+    assert floor["policy"] in ("kilo-default", "local-small")
+    assert floor["input"] == floor["cache_read"] + floor["cache_write"]
     for r in doc["reports"]:
-        assert r["floor_ratio"] == pytest.approx(r["cost_usd"] / floor)
-        assert r["compaction_limit"] == plans[0].usable() or r["policy"] != "kilo-default"
+        assert r["floor_ratio"] == pytest.approx(r["cost_usd"] / floor["cost_usd"])
+        assert r["floor_ratio"] >= 1.0
         assert all("prunes" in s and "recorded_input" in s for s in r["steps"])
+    kilo = next(r for r in doc["reports"] if r["policy"] == "kilo-default")
+    assert kilo["compaction_limit"] == plans[0].usable()
 
 
 def test_plans_for_different_models_are_refused(tmp_path: Path) -> None:
