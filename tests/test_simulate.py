@@ -285,7 +285,7 @@ def test_cli_table_has_one_row_per_policy(capsys: pytest.CaptureFixture[str]) ->
     header = next(i for i, line in enumerate(lines) if line.startswith("policy "))
     assert "cache read" in lines[header] and "vs floor" in lines[header]
     assert "vs first" in lines[header]
-    assert any(line.startswith("cost floor") for line in lines[:header])
+    assert any(line.startswith("cost floor $") for line in lines[:header])
     assert any(line.startswith("calibration (fitted on 12") for line in lines[:header])
     rows = {line.split()[0]: line.split() for line in lines[header + 2 :]}
     assert set(rows) == {"kilo-default", "cache-max"}

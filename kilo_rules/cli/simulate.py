@@ -228,8 +228,9 @@ def _notes(doc: Mapping[str, Any]) -> list[str]:
     floor = doc.get("floor")
     if floor is not None and floor.get("cost_usd") is not None:
         out.append(
-            f"cost floor (each input token cached once, read after): "
-            f"${floor['cost_usd']:.4f} for {floor['input']:,} input tokens"
+            f"cost floor ${floor['cost_usd']:.4f}: {floor['policy']}'s requests under a "
+            "perfect prompt cache (each token written once, read by every later request "
+            "that repeats it)"
         )
     return out
 
