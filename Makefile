@@ -34,6 +34,7 @@ fuzz: $(BIN)/kilo-rules
 	KILO_RULES_FUZZ_EXAMPLES=100000 $(FUZZ_RUN) tests/fuzz/test_fuzz_importers.py   # 1 per importer
 	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_routes.py      # 4 tests
 	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_bundle.py      # 4 tests
+	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_simulate_report.py  # 3 tests
 
 bench: $(BIN)/kilo-rules
 	$(BIN)/python benchmarks/bench_expr.py
