@@ -2,8 +2,8 @@
 
     .venv/bin/python docs/tools/screenshot.py REPORT.html OUT.png [HEIGHT]
 
-Opens the page in Debian's headless Chromium (/usr/bin/chromium) through Playwright, at
-the width the report is laid out for, and saves the page (or its first HEIGHT pixels).
+Opens the page in headless Chromium the way the browser tests do (tests/browser/chromium.py),
+at the width the report is laid out for, and saves the page (or its first HEIGHT pixels).
 """
 
 from __future__ import annotations
@@ -11,29 +11,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from playwright.sync_api import sync_playwright
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from tests.browser.chromium import chromium  # the repository root is on the path now
 
 
 def main(page_path: str, out: str, height: int | None = None) -> None:
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": height or 900})
         page.goto(Path(page_path).resolve().as_uri())
         if height:
             page.screenshot(path=out, clip={"x": 0, "y": 0, "width": 1280, "height": height})
         else:
             page.screenshot(path=out, full_page=True)
-        browser.close()
 
 
 if __name__ == "__main__":

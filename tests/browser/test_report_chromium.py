@@ -13,26 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import ConsoleMessage, Error, Locator, Request, sync_playwright
+from playwright.sync_api import ConsoleMessage, Error, Locator, Request
 
 from kilo_rules.htmlreport import render_html
+
+from .chromium import CHROMIUM, chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "simulate" / "opus46-spotter.json"
 ARTIFACT = ROOT / "build" / "test-artifacts" / "simulate-report.png"
-CHROMIUM = Path("/usr/bin/chromium")
-# No sandbox: test containers run as root without user namespaces. The rest keeps the
-# browser from reaching out on its own (updates, sync, QUIC probes), so any request seen
-# below comes from the page.
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 CHARTS = ("context", "cost", "cache")
 AXIS_LABELS = ("request", "tokens", "request", "US dollars", "request", "share of input")
 
@@ -71,71 +60,66 @@ def test_opus_report_renders_in_chromium(tmp_path: Path) -> None:
     def on_request(request: Request) -> None:
         requests.append(request.url)
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", on_console)
-            page.on("pageerror", on_page_error)
-            page.on("request", on_request)
-            page.goto(url, wait_until="load")
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", on_console)
+        page.on("pageerror", on_page_error)
+        page.on("request", on_request)
+        page.goto(url, wait_until="load")
 
-            for chart in CHARTS:
-                svg = page.locator(f'figure[data-chart="{chart}"] svg.chart')
-                assert svg.count() == 1, chart
-                assert svg.is_visible(), chart
-                chart_box = box(svg, f"{chart} chart")
-                # Scaled to the column width (viewBox), not collapsed or overflowing.
-                assert 900 <= chart_box["width"] <= 1200, (chart, chart_box)
+        for chart in CHARTS:
+            svg = page.locator(f'figure[data-chart="{chart}"] svg.chart')
+            assert svg.count() == 1, chart
+            assert svg.is_visible(), chart
+            chart_box = box(svg, f"{chart} chart")
+            # Scaled to the column width (viewBox), not collapsed or overflowing.
+            assert 900 <= chart_box["width"] <= 1200, (chart, chart_box)
 
-            labels = page.locator("svg text.axis-label")
-            texts = [labels.nth(i).text_content() for i in range(labels.count())]
-            assert texts == [*AXIS_LABELS]
-            for i, text in enumerate(texts):
-                box(labels.nth(i), f"axis label {text!r}")
+        labels = page.locator("svg text.axis-label")
+        texts = [labels.nth(i).text_content() for i in range(labels.count())]
+        assert texts == [*AXIS_LABELS]
+        for i, text in enumerate(texts):
+            box(labels.nth(i), f"axis label {text!r}")
 
-            for chart in ("context", "cost"):
-                for policy in policies:
-                    entry = page.locator(
-                        f'figure[data-chart="{chart}"] li[data-legend="policy"]'
-                        f'[data-policy="{policy}"]'
-                    )
-                    assert entry.count() == 1, (chart, policy)
-                    box(entry, f"{chart} legend entry {policy}")
-            for kind, label in (("compaction", "compaction"), ("overflow", "provider overflow")):
-                entry = page.locator(f'li[data-legend="marker"][data-kind="{kind}"]')
-                assert entry.text_content() == label
-                box(entry, f"marker legend entry {label}")
-            for kind in ("read", "write", "uncached"):
-                box(page.locator(f'li[data-legend="cache"][data-kind="{kind}"]'), kind)
+        for chart in ("context", "cost"):
+            for policy in policies:
+                entry = page.locator(
+                    f'figure[data-chart="{chart}"] li[data-legend="policy"][data-policy="{policy}"]'
+                )
+                assert entry.count() == 1, (chart, policy)
+                box(entry, f"{chart} legend entry {policy}")
+        for kind, label in (("compaction", "compaction"), ("overflow", "provider overflow")):
+            entry = page.locator(f'li[data-legend="marker"][data-kind="{kind}"]')
+            assert entry.text_content() == label
+            box(entry, f"marker legend entry {label}")
+        for kind in ("read", "write", "uncached"):
+            box(page.locator(f'li[data-legend="cache"][data-kind="{kind}"]'), kind)
 
-            # The compaction markers are drawn inside the context chart.
-            context = box(page.locator('figure[data-chart="context"] svg.chart'), "context")
-            markers = page.locator('.marker[data-kind="compaction"]')
-            assert markers.count() == len(policies)
-            for i in range(markers.count()):
-                m = box(markers.nth(i), f"compaction marker {i}")
-                assert context["x"] <= m["x"] <= context["x"] + context["width"]
-                assert context["y"] <= m["y"] <= context["y"] + context["height"]
+        # The compaction markers are drawn inside the context chart.
+        context = box(page.locator('figure[data-chart="context"] svg.chart'), "context")
+        markers = page.locator('.marker[data-kind="compaction"]')
+        assert markers.count() == len(policies)
+        for i in range(markers.count()):
+            m = box(markers.nth(i), f"compaction marker {i}")
+            assert context["x"] <= m["x"] <= context["x"] + context["width"]
+            assert context["y"] <= m["y"] <= context["y"] + context["height"]
 
-            rows = page.locator("table.totals tbody tr")
-            assert rows.count() == len(policies)
-            for i, policy in enumerate(policies):
-                row = rows.nth(i)
-                assert row.is_visible(), policy
-                assert row.get_attribute("data-policy") == policy
-                box(row, f"table row {policy}")
-            # The table fits a 1280-pixel window without scrolling sideways.
-            widths = page.evaluate(
-                "() => { const w = document.querySelector('.table-wrap');"
-                " return [w.clientWidth, w.scrollWidth]; }"
-            )
-            assert widths[1] <= widths[0], widths
+        rows = page.locator("table.totals tbody tr")
+        assert rows.count() == len(policies)
+        for i, policy in enumerate(policies):
+            row = rows.nth(i)
+            assert row.is_visible(), policy
+            assert row.get_attribute("data-policy") == policy
+            box(row, f"table row {policy}")
+        # The table fits a 1280-pixel window without scrolling sideways.
+        widths = page.evaluate(
+            "() => { const w = document.querySelector('.table-wrap');"
+            " return [w.clientWidth, w.scrollWidth]; }"
+        )
+        assert widths[1] <= widths[0], widths
 
-            ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ARTIFACT), full_page=True)
-        finally:
-            browser.close()
+        ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACT), full_page=True)
 
     assert console_errors == []
     assert page_errors == []
