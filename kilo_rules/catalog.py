@@ -129,6 +129,10 @@ def signature_issuer(model_id: str | None) -> str | None:
 
 
 Modality = Literal["text", "image", "pdf", "audio", "video"]
+#: Context management a provider runs on its side when the request asks: Anthropic's
+#: context editing (clearing old tool uses, clearing old thinking) and server-side
+#: compaction, or the OpenAI Responses API's compaction.
+ServerEdit = Literal["clear_tool_uses", "clear_thinking", "compaction"]
 
 
 def _text_only() -> list[Modality]:
@@ -201,6 +205,12 @@ class ModelInfo(_Model):
         False, description="Tool results may carry images (else media move to a user message)."
     )
     modalities: list[Modality] = Field(default_factory=_text_only, description="Input modalities.")
+    server_edits: list[ServerEdit] = Field(
+        default_factory=list,
+        description="Context management the provider runs when asked (Anthropic context "
+        "editing and compaction, OpenAI Responses compaction); a policy's server section is "
+        "sent only for these.",
+    )
     source: str | None = Field(None, description="Where the limits and prices were read.")
     as_of: str | None = Field(None, description="Date (YYYY-MM-DD) the facts were read.")
 

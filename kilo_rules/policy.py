@@ -616,6 +616,67 @@ class Cache(_Section):
     )
 
 
+# ----------------------------------------------------------------------------------- server
+
+
+class ClearToolUses(_Section):
+    """Anthropic context editing: the API clears old tool results (``clear_tool_uses``)."""
+
+    enabled: bool = Field(False, description="Ask the provider to clear old tool results.")
+    trigger_tokens: int = Field(
+        100_000, ge=1, description="Input tokens above which clearing starts (API default)."
+    )
+    keep_tool_uses: int = Field(3, ge=0, description="Most recent tool uses kept whole.")
+    clear_at_least_tokens: int | None = Field(
+        None, ge=1, description="Clear only when at least this many tokens go (cache-friendly)."
+    )
+    exclude_tools: list[str] = Field(
+        default_factory=list, description="Tools whose uses are never cleared."
+    )
+    clear_tool_inputs: bool = Field(
+        False, description="Also clear the tool calls' inputs, not only their results."
+    )
+
+
+class ClearThinking(_Section):
+    """Anthropic context editing: the API drops thinking of older turns (``clear_thinking``)."""
+
+    enabled: bool = Field(False, description="Ask the provider to clear old thinking blocks.")
+    keep_turns: int | Literal["all"] = Field(
+        1, description="Assistant turns whose thinking is kept (or 'all')."
+    )
+
+
+class ServerCompaction(_Section):
+    """Compaction run by the provider: Anthropic's ``compact`` edit, or the OpenAI
+    Responses API's ``context_management`` compaction, by the model's wire format."""
+
+    enabled: bool = Field(False, description="Ask the provider to compact the context.")
+    trigger_tokens: int = Field(
+        150_000, ge=1, description="Input tokens at which the provider compacts."
+    )
+    instructions: str | None = Field(
+        None, description="Extra summarisation instructions (Anthropic only)."
+    )
+
+
+class Server(_Section):
+    """Context management the provider runs on its side, asked for in each request. Sent
+    only to models whose catalog entry lists the capability (``server_edits``); an edit
+    rewrites the context from where it clears, so the cached prefix is written again from
+    there (the plan's decisions say so)."""
+
+    clear_tool_uses: ClearToolUses = Field(
+        default_factory=ClearToolUses, description="Clear old tool results."
+    )
+    clear_thinking: ClearThinking = Field(
+        default_factory=ClearThinking, description="Clear old thinking blocks."
+    )
+    compaction: ServerCompaction = Field(
+        default_factory=ServerCompaction, description="Provider-side compaction."
+    )
+
+
 # --------------------------------------------------------------------------------- lowering
 
 
@@ -661,6 +722,9 @@ class PolicyBody(_Section):
     prompts: Prompts = Field(default_factory=Prompts, description="Family prompt selection (§9.2).")
     cache: Cache = Field(default_factory=Cache, description="Prompt-cache markers (§10).")
     lowering: Lowering = Field(default_factory=Lowering, description="Parts to messages.")
+    server: Server = Field(
+        default_factory=Server, description="Context management the provider runs."
+    )
 
 
 class Override(_Section):

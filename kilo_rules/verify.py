@@ -132,6 +132,7 @@ def _check_plan(plan: Plan, tools: Sequence[ToolDefinition]) -> list[_Finding]:
         *_output(plan),
         *_tokenizer(plan),
         *_prompt(plan),
+        *_server(plan),
     ]
 
 
@@ -418,6 +419,32 @@ def _prompt(plan: Plan) -> list[_Finding]:
 
 
 # ---------------------------------------------------------------------------- grouping
+
+
+def _server(plan: Plan) -> list[_Finding]:
+    """A server-side edit the policy enables on a model whose provider does not run it:
+    it is not sent, so the context management the author counted on does not happen."""
+    from .runtime.server import requested
+
+    supported = set(plan.model.server_edits)
+    out = []
+    for edit in requested(plan):
+        name = edit["edit"]
+        if name in supported:
+            continue
+        out.append(
+            _Finding(
+                "verify.server-edit",
+                "warning",
+                _where(plan, f"server.{name}.enabled", f"server.{name}"),
+                f"server.{name} is enabled but the model's provider does not run it: it is "
+                "not sent",
+                plan.model.id,
+                f"server_edits {sorted(supported)}",
+                "enable it in an override for the models that run it (model.server_edits)",
+            )
+        )
+    return out
 
 
 @lru_cache(maxsize=1)

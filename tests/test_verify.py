@@ -51,6 +51,7 @@ CASES = [
     ("limit.yaml", "verify.threshold", 6, 10, SAMPLE),
     ("output-limit.yaml", "verify.output-limit", 6, 15, ("anthropic/claude-opus-4-1",)),
     ("no-prompt.yaml", "verify.no-prompt", 9, 3, ("openai/gpt-5", "google/gemini-2.5-pro")),
+    ("server-edit.yaml", "verify.server-edit", 6, 25, SAMPLE),
 ]
 
 
@@ -94,6 +95,7 @@ def test_corpus_covers_every_finding() -> None:
         "verify.output-limit",
         "verify.tokenizer",
         "verify.no-prompt",
+        "verify.server-edit",
     }
 
 

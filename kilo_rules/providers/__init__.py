@@ -118,6 +118,16 @@ def _without_approvals(request: ModelRequest) -> ModelRequest:
     return replace(request, messages=tuple(messages))
 
 
+def headers(request: ModelRequest, api: str) -> dict[str, str]:
+    """HTTP headers the body needs besides the usual ones: Anthropic's ``anthropic-beta``
+    for the context edits it asks for (the betas sorted, comma-separated)."""
+    _check(api)
+    if api != "anthropic":
+        return {}
+    betas = {anthropic.EDIT_BETAS[e["edit"]] for e in request.options.get("server_edits") or ()}
+    return {"anthropic-beta": ",".join(sorted(betas))} if betas else {}
+
+
 def endpoint(request: ModelRequest, api: str) -> str:
     """The URL path (relative to the provider's base URL) the body is posted to.
 

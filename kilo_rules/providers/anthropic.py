@@ -81,7 +81,50 @@ def render(request: ModelRequest) -> dict[str, Any]:
     automatic = request.options.get("automatic_cache")
     if automatic:
         body["cache_control"] = cache_control(CacheMark(ttl="1h" if automatic == "1h" else None))
+    edits = [context_edit(e) for e in request.options.get("server_edits") or ()]
+    if edits:
+        body["context_management"] = {"edits": edits}
     return body
+
+
+#: The beta each context edit needs (sent as the ``anthropic-beta`` header).
+EDIT_BETAS = {
+    "clear_thinking": "context-management-2025-06-27",
+    "clear_tool_uses": "context-management-2025-06-27",
+    "compaction": "compact-2026-01-12",
+}
+
+
+def context_edit(edit: dict[str, Any]) -> dict[str, Any]:
+    """One provider-neutral edit (:mod:`kilo_rules.runtime.server`) in the Messages API's
+    ``context_management.edits`` shape."""
+    name = edit["edit"]
+    if name == "clear_thinking":
+        keep = edit["keep"]
+        return {
+            "type": "clear_thinking_20251015",
+            "keep": "all" if keep == "all" else {"type": "thinking_turns", "value": keep},
+        }
+    if name == "clear_tool_uses":
+        out: dict[str, Any] = {
+            "type": "clear_tool_uses_20250919",
+            "trigger": {"type": "input_tokens", "value": edit["trigger"]},
+            "keep": {"type": "tool_uses", "value": edit["keep"]},
+        }
+        if edit.get("clear_at_least"):
+            out["clear_at_least"] = {"type": "input_tokens", "value": edit["clear_at_least"]}
+        if edit.get("exclude_tools"):
+            out["exclude_tools"] = list(edit["exclude_tools"])
+        if edit.get("clear_tool_inputs"):
+            out["clear_tool_inputs"] = True
+        return out
+    out = {
+        "type": "compact_20260112",
+        "trigger": {"type": "input_tokens", "value": edit["trigger"]},
+    }
+    if edit.get("instructions"):
+        out["instructions"] = edit["instructions"]
+    return out
 
 
 def cache_control(mark: CacheMark) -> dict[str, Any]:

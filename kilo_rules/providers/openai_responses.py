@@ -118,6 +118,13 @@ def render(request: ModelRequest) -> dict[str, Any]:
     body["store"] = False
     if request.options.get("reasoning"):  # non-reasoning models refuse the include
         body["include"] = ["reasoning.encrypted_content"]
+    compaction = [
+        {"type": "compaction", "compact_threshold": e["trigger"]}
+        for e in request.options.get("server_edits") or ()
+        if e["edit"] == "compaction"
+    ]
+    if compaction:
+        body["context_management"] = compaction
     return body
 
 

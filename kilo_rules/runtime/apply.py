@@ -70,6 +70,9 @@ class TurnResult:
     #: The policy revision the step ran on, when a :class:`~kilo_rules.store.PolicyStore`
     #: built it (one snapshot for the whole step); None for a plan applied directly.
     revision: str | None = None
+    #: HTTP headers the request needs besides the usual ones (``anthropic-beta`` for the
+    #: context edits it asks for); empty for most requests.
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -98,6 +101,7 @@ class TurnResult:
             "compaction_needed": self.compaction_needed,
             # Only when set: a plan applied directly gives the same document as before.
             **({"revision": self.revision} if self.revision is not None else {}),
+            **({"headers": self.headers} if self.headers else {}),
         }
 
 
@@ -128,6 +132,7 @@ class StepState:
     input_tokens: int = 0
     provider: str = ""
     body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def _project(st: StepState) -> None:
@@ -322,14 +327,17 @@ def stage_output(st: StepState) -> None:
 
 
 def stage_cache(st: StepState) -> None:
-    """The request, with the cache breakpoints the policy places for this provider."""
+    """The request, with the cache breakpoints the policy places for this provider and
+    the context management it asks the provider to run."""
     from .cache import place_markers
+    from .server import server_edits
 
     r, plan, step = st.run, st.run.plan, st.run.step
     assert st.cap is not None
     # One switch: automatic caching asked either way turns on the top-level field and
     # keeps explicit breakpoints out (Kilo: the merged options' cacheControl).
     automatic = step.automatic_caching or bool(step.options.get("automatic_cache"))
+    edits = server_edits(r)
     request = ModelRequest(
         model=plan.model.api_id,
         messages=(*st.system, *st.conversation),
@@ -340,6 +348,7 @@ def stage_cache(st: StepState) -> None:
             **({"reasoning": True} if plan.model.reasoning else {}),
             **({"prompt_cache_breakpoints": True} if plan.cache.get("shape") == "explicit" else {}),
             **({"automatic_cache": True} if automatic else {}),
+            **({"server_edits": edits} if edits else {}),
             **step.options,
         },
     )
@@ -360,12 +369,13 @@ def stage_window(st: StepState) -> None:
 
 
 def stage_render(st: StepState) -> None:
-    """The provider's wire JSON."""
-    from ..providers import render
+    """The provider's wire JSON, and the headers it needs."""
+    from ..providers import headers, render
 
     assert st.request is not None
     st.provider = st.run.step.provider or st.run.plan.model.api
     st.body = render(st.request, st.provider)
+    st.headers = headers(st.request, st.provider)
     st.run.decide("render", st.provider, None, {"messages": len(st.request.messages)}, "rendered")
 
 
@@ -417,6 +427,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
         st.input_tokens,
         r.plan.model.limits.context,
         str(getattr(r.counter, "name", "estimate")),
+        headers=st.headers,
     )
 
 

@@ -240,6 +240,7 @@ class _Sidecar:
         revision = result.revision or ""
         payload = {
             **result.to_json(),
+            "headers": result.headers,
             "revision": revision,
             "input_tokens": result.input_tokens,
             "context": result.context,

@@ -179,6 +179,10 @@ class BuildResponse(_Out):
     )
     provider: str = Field(description="Wire format the request is rendered in.")
     request: dict[str, Any] = Field(description="The request body exactly as sent over HTTP.")
+    headers: dict[str, str] = Field(
+        description="HTTP headers the body needs besides the usual ones (anthropic-beta for "
+        "the context edits it asks for); empty for most requests."
+    )
     decisions: list[DecisionOut] = Field(description="The decisions, in the order they ran.")
     mutations: list[dict[str, Any]] = Field(
         description="Changes the agent should persist in its session."

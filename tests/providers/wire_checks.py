@@ -24,6 +24,9 @@ from typing import Any
 
 import jsonschema
 import pydantic_core
+from anthropic.types.beta.message_create_params import (
+    MessageCreateParamsNonStreaming as BetaMessageCreateParamsNonStreaming,
+)
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
@@ -48,10 +51,15 @@ def _tighten(node: Any) -> None:
     if isinstance(node, dict):
         if node.get("type") == "generator":
             node["type"] = "list"
-        if node.get("type") in ("typed-dict", "model-fields"):
+        # A node that types its extra keys (a JSON Schema object in the beta types) says
+        # extras are part of the shape: it is left open.
+        open_extras = "extras_schema" in node
+        if node.get("type") in ("typed-dict", "model-fields") and not open_extras:
             node["extra_behavior"] = "forbid"
         if node.get("type") == "model" and isinstance(node.get("config"), dict):
-            node["config"]["extra_fields_behavior"] = "forbid"
+            fields = node.get("schema")
+            if not (isinstance(fields, dict) and "extras_schema" in fields):
+                node["config"]["extra_fields_behavior"] = "forbid"
         for value in node.values():
             _tighten(value)
     elif isinstance(node, list):
@@ -64,6 +72,8 @@ def strict_validator(name: str) -> pydantic_core.SchemaValidator:
     """A validator for the SDK request type that rejects unknown keys."""
     kind = {
         "anthropic": MessageCreateParamsNonStreaming,
+        # Context editing and server-side compaction are beta: their type is the beta one.
+        "anthropic-beta": BetaMessageCreateParamsNonStreaming,
         "openai": CompletionCreateParamsNonStreaming,
         "openai-responses": ResponseCreateParamsNonStreaming,
     }
@@ -116,7 +126,8 @@ def with_reasoning_ids(body: dict[str, Any]) -> dict[str, Any]:
 def check(body: dict[str, Any], api: str) -> None:
     """Raise if ``body`` is not a valid request for ``api``."""
     if api == "anthropic":
-        strict_validator("anthropic").validate_python(body)
+        beta = "context_management" in body
+        strict_validator("anthropic-beta" if beta else "anthropic").validate_python(body)
     elif api == "openai":
         strict_validator("openai").validate_python(body)
     elif api == "openai-compatible":
