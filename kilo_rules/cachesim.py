@@ -127,7 +127,8 @@ def blocks(body: Mapping[str, Any], count: Callable[[str], int]) -> list[Block]:
 
     Understands the bodies of every wire API (Anthropic ``tools``/``system``/``messages``,
     Bedrock ``toolConfig``/``system``/``messages``, OpenAI ``tools``/``messages``, Gemini
-    ``tools``/``systemInstruction``/``contents``). Settings such as ``model`` or
+    ``tools``/``systemInstruction``/``contents``, OpenAI Responses ``tools``/``instructions``/
+    ``input``). Settings such as ``model`` or
     ``max_tokens`` are not prompt tokens and are left out. A top-level Anthropic
     ``cache_control`` (automatic caching) is a breakpoint on the last block.
     """
@@ -143,7 +144,10 @@ def blocks(body: Mapping[str, Any], count: Callable[[str], int]) -> list[Block]:
     instruction = body.get("systemInstruction")
     if isinstance(instruction, Mapping):
         cut.many("s", instruction.get("parts"))
-    for i, msg in enumerate(body.get("messages", body.get("contents")) or []):
+    if isinstance(body.get("instructions"), str):  # the Responses API's system text
+        cut.add("s", {"text": body["instructions"]})
+    items = body.get("messages", body.get("contents", body.get("input")))
+    for i, msg in enumerate(items if isinstance(items, list) else []):
         _message(cut, i, msg)
     if "cache_control" in body:
         cut.mark_last(_ttl(body["cache_control"]))

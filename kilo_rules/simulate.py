@@ -31,6 +31,7 @@ from .plan import Plan
 from .runtime.facade import Runtime, StepResult
 from .runtime.history import compaction_part, completed_compactions
 from .runtime.measure import messages_json
+from .serversim import ServerEdits, ServerStep
 from .session import CacheTokens, Message, Session, TokenUsage
 from .summarize import Summarizer, SummaryRequest
 from .tokens import CountCache, TokenCounter, counter_for
@@ -83,6 +84,8 @@ class SimulationStep:
     cost: float | None
     prunes: int = 0  # tool outputs pruned before this request
     recorded_input: int | None = None  # what the real agent's provider reported, if logged
+    server_cleared: int = 0  # tool uses the provider cleared from this request
+    server_compacted: bool = False  # the provider compacted the context at this request
 
     def to_json(self) -> dict[str, Any]:
         """Stable JSON shape of the step."""
@@ -102,6 +105,8 @@ class SimulationStep:
             "cost_usd": self.cost,
             "prunes": self.prunes,
             "recorded_input": self.recorded_input,
+            "server_cleared": self.server_cleared,
+            "server_compacted": self.server_compacted,
         }
 
 
@@ -123,6 +128,7 @@ class SimulationReport:
     cache_kind: str = "explicit"  # the model's prompt cache (explicit, automatic, none)
     requests_total: int = 0  # the requests the recorded session made
     compaction_limit: int | None = None  # the context size at which the plan compacts
+    server_compactions: int = 0  # compactions the provider ran (the server section)
     perfect_read: int = 0  # the same requests under a perfect cache: tokens read
     perfect_write: int = 0  # ... and written (each once)
     calibration: Calibration | None = None  # applied to every request's count
@@ -216,6 +222,7 @@ class SimulationReport:
             "cost_usd": self.cost,
             "error": self.error,
             "compaction_limit": self.compaction_limit,
+            "server_compactions": self.server_compactions,
             "floor_cost_usd": self.floor_cost,
             "floor_cache_read": self.perfect_read,
             "floor_cache_write": self.perfect_write,
@@ -443,6 +450,7 @@ class ReplayStep:
     overflows: int
     markers: int
     prunes: int
+    server: ServerStep = field(default_factory=ServerStep)
 
 
 class _Replay:
@@ -464,8 +472,13 @@ class _Replay:
         self.runtime = Runtime(plan, self.metered)
         self.cache = cache
         self.window = m.limits.input or m.limits.context
+        from .runtime.server import requested
 
-    def _build(self, live: Session) -> tuple[StepResult, list[Block], int]:
+        supported = set(m.server_edits)
+        edits = [e for e in requested(plan) if e["edit"] in supported]
+        self.server = ServerEdits(edits, m.api, counter.count)
+
+    def _build(self, live: Session) -> tuple[StepResult, list[Block], int, ServerStep]:
         """The request for the next step, retried while the provider would reject it."""
         result = self.runtime.step(live)
         overflows = 0
@@ -491,7 +504,12 @@ class _Replay:
                 result.compactions + again.compactions,
             )
             seq = self._blocks(result.request)
-        return result, seq, overflows
+        if self.server.active:
+            # The provider edits the request before the model reads it: what it bills and
+            # caches is what is left.
+            edited, done = self.server.apply(result.request)
+            return result, self._blocks(edited), overflows, done
+        return result, seq, overflows, ServerStep()
 
     def _blocks(self, request: dict[str, Any]) -> list[Block]:
         seq = blocks(request, self.counter.count)
@@ -507,12 +525,23 @@ class _Replay:
             if msg.role != "assistant":
                 live = live.model_copy(update={"messages": [*live.messages, msg]})
                 continue
-            result, seq, overflows = self._build(live)
+            result, seq, overflows, server = self._build(live)
+            self.metered.input += server.summary_input
+            self.metered.output += server.summary_output
             split = self.cache.step(seq)
             markers = count_markers(result.request, result.turn.provider)
             prunes = sum(1 for m in result.mutations if m.get("op") == "mark_compacted")
             yield ReplayStep(
-                msg, live, result, seq, split, result.compactions, overflows, markers, prunes
+                msg,
+                live,
+                result,
+                seq,
+                split,
+                result.compactions,
+                overflows,
+                markers,
+                prunes,
+                server,
             )
             # The provider's usage for the request this plan built, not the recorded one.
             usage = TokenUsage(
@@ -545,6 +574,7 @@ class _Replay:
                 output = _output(step.message)
                 out.compactions += step.compactions
                 out.provider_overflows += step.overflows
+                out.server_compactions += int(step.server.compacted)
                 out.steps.append(
                     SimulationStep(
                         index=len(out.steps) + 1,
@@ -557,6 +587,8 @@ class _Replay:
                         cost=step_cost(m.prices, step.split, output),
                         prunes=step.prunes,
                         recorded_input=recorded_input(step.message),
+                        server_cleared=step.server.cleared_tool_uses,
+                        server_compacted=step.server.compacted,
                     )
                 )
         except ContextOverflowError as exc:

@@ -337,3 +337,20 @@ def test_a_replay_that_stops_early_says_so(tmp_path: Path) -> None:
     assert f"{len(kilo.steps)} of 40, stopped" in row
     assert row.split()[-1] == "-"  # no cost ratio against a run that stopped early
     assert kilo.to_json(steps=False)["stopped"] is True
+
+
+def test_a_responses_api_body_is_cut_into_instructions_and_input_items() -> None:
+    body = {
+        "model": "gpt-5-codex",
+        "instructions": "You are a coding agent.",
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+            {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        ],
+        "tools": [{"type": "function", "name": "bash", "parameters": {}}],
+    }
+    seq = blocks(body, lambda text: len(text))
+    wheres = [b.key.split(":", 1)[0] for b in seq]
+    assert wheres == ["t", "s", "m0", "m0", "m1", "m2"]
+    assert all(b.tokens > 0 for b in seq)
