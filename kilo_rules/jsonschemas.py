@@ -99,6 +99,7 @@ def _models() -> dict[str, tuple[type[BaseModel], str]]:
     from .policytest_format import PolicyTestFile
     from .routes import RoutesFile
     from .session import Session
+    from .tune_format import TuneFile
 
     return {
         "policy.v1.json": (Policy, "kilo-rules policy v1"),
@@ -106,6 +107,7 @@ def _models() -> dict[str, tuple[type[BaseModel], str]]:
         "catalog.v1.json": (Catalog, "kilo-rules model catalog v1"),
         "routes.v1.json": (RoutesFile, "kilo-rules routes v1"),
         "policytest.v1.json": (PolicyTestFile, "kilo-rules policy tests v1"),
+        "tune.v1.json": (TuneFile, "kilo-rules tune v1"),
     }
 
 

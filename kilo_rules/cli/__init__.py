@@ -59,6 +59,7 @@ COMMANDS: dict[str, str] = {
     "demo": "demo",
     "import": "import_",
     "simulate": "simulate",
+    "tune": "tune",
     "verify": "verify",
     "bundle": "bundle",
     "serve": "serve",

@@ -1,0 +1,203 @@
+"""``kilo-rules tune``: the cheapest setting of a policy's knobs that stays safe.
+
+Reads a tune file (docs/tune.md: the base policy, the model, the sessions, the knobs and
+their candidate values, the constraints), replays every session under every candidate in
+parallel (or on a Dask cluster), prints the best candidates as a table and writes the
+winner as a policy extending the base, with ``report.json`` and ``report.html``. Exits 1
+when no candidate meets the constraints or a session could not be replayed (the report is
+written all the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import _options as opt
+from ._runner import EXIT_DIAGNOSTICS, EXIT_OK
+from ._table import render_table, shorten
+
+if TYPE_CHECKING:
+    from ..tune import TuneResult
+
+#: Candidates the text output lists (the report holds them all).
+TOP = 10
+
+#: Widest knob value shown in the table (an expression can be long).
+_VALUE_WIDTH = 32
+
+
+def register(sub: opt.Subcommands) -> None:
+    """Add ``tune`` to the subcommands."""
+    p = opt.add_command(
+        sub,
+        "tune",
+        summary="find the cheapest safe setting of a policy's knobs on recorded sessions",
+        description="Replay recorded sessions under every candidate setting of a policy's "
+        "knobs, keep those that meet the constraints (provider overflows, compactions, "
+        "replays that stop) and write the cheapest as a policy extending the base, with a "
+        "JSON and an HTML report (docs/tune.md).",
+    )
+    p.add_argument("tune_file", metavar="TUNE_FILE", help="the tune file (YAML, version: 1)")
+    p.add_argument(
+        "--out",
+        default="tuned",
+        metavar="DIR",
+        help="where the winner and the reports are written (default: ./tuned)",
+    )
+    opt.add_format(p, what="; json: the whole report")
+    opt.add_allow_read(p)
+    many = p.add_argument_group("running")
+    many.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sessions replayed at once (default: every core)",
+    )
+    many.add_argument(
+        "--executor",
+        choices=("process", "dask", "serial"),
+        default=None,
+        help="local processes (default), a Dask cluster (the distributed extra), or serial",
+    )
+    many.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="a running Dask scheduler (tcp://host:8786); implies --executor dask",
+    )
+    many.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the tune file, replay, write the outputs and print the best candidates."""
+    from ..fleet import Executor, progress_reporter
+    from ..tune import load_tune_file, run_tune, write_outputs
+
+    if args.jobs is not None and not 1 <= args.jobs <= 256:
+        raise ValueError("--jobs must be within 1..256")
+    spec = load_tune_file(args.tune_file)
+    executor: Executor = "dask" if args.scheduler else (args.executor or "process")
+    workers = args.jobs or min(len(spec.sessions), os.cpu_count() or 1)
+    if args.no_progress:
+        result = run_tune(spec, executor=executor, workers=workers, scheduler=args.scheduler)
+    else:
+        with progress_reporter(len(spec.sessions)) as progress:
+            result = run_tune(
+                spec,
+                executor=executor,
+                workers=workers,
+                scheduler=args.scheduler,
+                progress=progress,
+            )
+    written = write_outputs(result, args.out)
+    if args.format == "json":
+        report = result.to_json()
+        if "policy" in written and report["winner"] is not None:
+            report["winner"]["file"] = str(written["policy"])
+        report["outputs"] = {k: str(v) for k, v in written.items()}
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        _print_text(result, written)
+    for session, error in result.failed:
+        print(f"kilo-rules tune: {session}: {error}", file=sys.stderr)
+    if result.spec.calibrate and any("simulate.no-usage" in e for _, e in result.failed):
+        print(
+            "kilo-rules tune: calibrate: true needs logs that record usage; drop those "
+            "sessions or set it false",
+            file=sys.stderr,
+        )
+    if result.winner is None:
+        print(
+            "kilo-rules tune: no candidate meets the constraints; "
+            f"the report is in {written['html']}",
+            file=sys.stderr,
+        )
+    return EXIT_DIAGNOSTICS if result.winner is None or result.failed else EXIT_OK
+
+
+def _value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return shorten(text, _VALUE_WIDTH)
+
+
+def _money(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def rows(
+    result: TuneResult, limit: int | None = TOP
+) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The candidates table of a :class:`~kilo_rules.tune.TuneResult`: the headers and one
+    row per candidate, feasible ones first by cost (at most ``limit``)."""
+    knobs = result.spec.knobs
+    headers = (
+        "#",
+        *(k.path for k in knobs),
+        "cost $",
+        "vs baseline",
+        "vs floor",
+        "compactions",
+        "max/session",
+        "overflows",
+        "stopped",
+        "",
+    )
+    out: list[tuple[str, ...]] = []
+    for r in result.ranked()[:limit]:
+        c, m = r.candidate, r.measures
+        notes = []
+        if result.winner == c.index:
+            notes.append("winner")
+        if c.baseline:
+            notes.append("baseline")
+        if r.skipped:
+            notes.append(f"skipped: {r.diagnostics[0].message}" if r.diagnostics else "skipped")
+        elif not r.feasible:
+            notes.append("infeasible: " + "; ".join(r.reasons))
+        ratio = result.vs_baseline(r)
+        out.append(
+            (
+                str(c.index),
+                *(_value(c.values.get(k.path)) for k in knobs),
+                _money(m.cost if m else None),
+                "-" if ratio is None else f"{100 * (ratio - 1):+.1f} %",
+                "-" if m is None or m.floor_ratio is None else f"{m.floor_ratio:.2f}x",
+                "-" if m is None else f"{m.compactions:,}",
+                "-" if m is None else f"{m.max_compactions:,}",
+                "-" if m is None else f"{m.overflows:,}",
+                "-" if m is None else f"{m.stopped:,}",
+                ", ".join(notes),
+            )
+        )
+    return headers, out
+
+
+def _print_text(result: TuneResult, written: dict[str, Path]) -> None:
+    spec = result.spec
+    measured = sum(1 for r in result.results if not r.skipped)
+    calibrated = ", calibrated" if spec.calibrate else ""
+    sessions = len(result.sessions)
+    count = len(result.results) - 1
+    print(
+        f"{spec.file.name}: {count:,} candidate{'' if count == 1 else 's'} and the baseline "
+        f"({measured - 1:,} replayed) on {sessions:,} session{'' if sessions == 1 else 's'} "
+        f"with {spec.model.id}{calibrated}; {len(result.failed):,} failed"
+    )
+    headers, table = rows(result)
+    numeric = range(len(spec.knobs) + 1, len(headers) - 1)
+    print(render_table(headers, table, right={0, *numeric}))
+    if len(result.results) > TOP:
+        print(f"({len(result.results) - TOP:,} more in the report)")
+    if result.winner is not None:
+        w = result.results[result.winner]
+        ratio = result.vs_baseline(w)
+        change = "" if ratio is None else f", {100 * (ratio - 1):+.1f} % against the baseline"
+        cost = w.measures.cost if w.measures else 0.0
+        print(f"winner: candidate {w.candidate.index}, ${cost:.4f}{change}: {written['policy']}")
+    print(f"report: {written['html']} ({written['json'].name} beside it)")
