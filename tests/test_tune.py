@@ -446,3 +446,37 @@ def test_calibrated_sessions_without_usage_fail_and_say_so(
     assert report["sessions"] == [str(EXAMPLE)]
     assert [f["session"] for f in report["failed"]] == [str(traj)]
     assert report["winner"] is not None  # measured on the session that could be replayed
+
+
+# ----------------------------------------------------- the committed tuned policy
+
+
+TUNED = ROOT / "examples" / "tune" / "kilo-default-tuned.yaml"
+
+
+def test_the_committed_winner_passes_check_verify_and_its_own_tests() -> None:
+    from kilo_rules.cli import main
+
+    assert main(["check", str(TUNED)]) == 0
+    assert main(["verify", "--policy", str(TUNED)]) == 0
+    assert main(["test", str(TUNED.parent)]) == 0
+
+
+@pytest.mark.skipif(not OPUS.is_file(), reason="shared trajectories absent")
+def test_the_committed_winner_is_cheaper_than_every_bundled_policy_with_no_overflow() -> None:
+    from kilo_rules.compile import compile_policy
+    from kilo_rules.simulate import session_document
+
+    names = ("kilo-default", "cache-max", "long-run", "local-small")
+    total: dict[str, float] = {}
+    for path in (EXAMPLE, OPUS):
+        session = read_session(str(path))
+        plans = [compile_policy(p, "anthropic/claude-sonnet-4-5") for p in (TUNED, *names)]
+        doc = session_document(session, plans, name=str(path), calibrate=True, steps=False)
+        for r in doc["reports"]:
+            assert r["provider_overflows"] == 0 or r["policy"] != "kilo-default-tuned"
+            assert not r["stopped"] or r["policy"] != "kilo-default-tuned"
+            total[r["policy"]] = total.get(r["policy"], 0.0) + r["cost_usd"]
+    tuned = total.pop("kilo-default-tuned")
+    assert all(tuned < cost for cost in total.values()), (tuned, total)
+    assert tuned < 0.8 * total["kilo-default"]
