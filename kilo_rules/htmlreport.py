@@ -1,7 +1,8 @@
-"""A ``kilo-rules simulate`` result as one self-contained HTML page.
+"""A ``kilo-rules simulate`` or ``kilo-rules tune`` result as one self-contained HTML page.
 
 :func:`render_html` reads the JSON document ``simulate --format json`` prints (one session,
-or a corpus of sessions with its aggregate) and returns a single HTML file: inline CSS,
+or a corpus of sessions with its aggregate); :func:`render_tune_html` reads the tune's
+``report.json``. Each returns a single HTML file, both pages drawn alike: inline CSS,
 charts drawn here as inline SVG, no script and no external resource of any kind, so the
 page can be attached to a CI run, mailed or archived and still open years later. A
 Content-Security-Policy meta tag forbids scripts and remote loads as a second line of
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_CHARTED_SESSIONS", "MAX_POINTS", "render_html"]
+__all__ = ["MAX_CHARTED_SESSIONS", "MAX_POINTS", "render_html", "render_tune_html"]
 
 #: A chart series longer than this is reduced (per-bucket min and max, markers kept).
 MAX_POINTS = 1500
@@ -203,11 +204,9 @@ def _kind(value: object) -> str:
 class _Obj:
     """One JSON object of the document and its path, which every error message names."""
 
-    def __init__(self, value: object, path: str) -> None:
+    def __init__(self, value: object, path: str, *, what: str = "simulation document") -> None:
         if not isinstance(value, Mapping):
-            raise ValueError(
-                f"{path or 'simulation document'}: expected an object, got {_kind(value)}"
-            )
+            raise ValueError(f"{path or what}: expected an object, got {_kind(value)}")
         self.map: Mapping[str, Any] = value
         self.path = path
 
@@ -299,17 +298,21 @@ def _parse(doc: object) -> _Document:
                     _worst(_Obj(w, f"{aggregate.at('worst')}[{i}]"))
                     for i, w in enumerate(worst_rows)
                 )
-        failed = tuple(
-            (f.text("session", "?"), f.text("error"))
-            for f in (_Obj(x, f"failed[{i}]") for i, x in enumerate(root.items("failed") or ()))
-        )
-        return _Document(parsed, True, policies, worst, failed)
+        return _Document(parsed, True, policies, worst, _failed(root))
     if root.map.get("reports") is None:
         raise ValueError(
             "simulation document: expected a 'reports' list (one session) "
             "or a 'sessions' list (a corpus), found neither"
         )
     return _Document((_session(root),), False, None, None)
+
+
+def _failed(root: _Obj) -> tuple[tuple[str, str], ...]:
+    """``(session, error)`` of each session the document lists as failed."""
+    return tuple(
+        (f.text("session", "?"), f.text("error"))
+        for f in (_Obj(x, f"failed[{i}]") for i, x in enumerate(root.items("failed") or ()))
+    )
 
 
 # Known keys first in reading order, any others sorted: two documents that list the same
@@ -566,6 +569,20 @@ def _value_ticks(top: float, count: int = 5) -> tuple[float, list[float]]:
     return n * step, [round(i * step, 10) for i in range(n + 1)]
 
 
+def _span_ticks(lo: float, hi: float, count: int = 5) -> tuple[float, float, list[float]]:
+    """Round ticks from at or below ``lo`` to at or above ``hi``, and the first and last;
+    a single value gets room around it."""
+    if hi <= lo:
+        pad = abs(lo) * 0.05 or 1.0
+        # No negative amounts invented under values that are all zero or more.
+        lo, hi = (lo - pad if lo < 0 else max(0.0, lo - pad)), hi + pad
+    step = _nice_step(hi - lo, count)
+    first = math.floor(lo / step + 1e-9) * step
+    n = max(1, math.ceil((hi - first) / step - 1e-9))
+    ticks = [round(first + i * step, 10) for i in range(n + 1)]
+    return ticks[0], ticks[-1], ticks
+
+
 def _request_ticks(first: int, last: int, count: int = 8) -> list[int]:
     """Integer ticks for request numbers: the first request, then round numbers."""
     if last <= first:
@@ -617,7 +634,10 @@ def _axes(
     xlabel: str | None,
     ylabel: str | None,
     tick_size: int = 11,
+    xfmt: Callable[[float], str] | None = None,
 ) -> list[str]:
+    """Grid lines at ``yticks``, tick labels on both axes, the axis lines and their labels.
+    The x ticks are request numbers unless ``xfmt`` names them."""
     out = ['<g class="grid" stroke="' + _GRID + '" stroke-width="1">']
     out += [
         f'<line x1="{_c(plot.left)}" x2="{_c(plot.right)}" y1="{_c(plot.y(t))}" '
@@ -639,7 +659,7 @@ def _axes(
         )
         out.append(
             f'<text x="{_c(x)}" y="{_c(plot.bottom + 6 + tick_size)}" '
-            f'text-anchor="middle">{_int(int(t))}</text>'
+            f'text-anchor="middle">{_e(_int(int(t)) if xfmt is None else xfmt(t))}</text>'
         )
     out.append("</g>")
     out.append(
@@ -694,27 +714,27 @@ def _svg_open(chart_id: str, height: float, title: str, desc: str) -> list[str]:
     ]
 
 
-def _swatch_line(color: str, dash: str | None = None, width: float = 2.5) -> str:
-    dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+def _swatch(shape: str) -> str:
+    """A legend symbol: ``shape`` drawn in a 28 by 12 box, centred on (14, 6)."""
     return (
         f'<svg class="swatch" xmlns="{_SVG_NS}" viewBox="0 0 28 12" aria-hidden="true">'
-        f'<line x1="1" y1="6" x2="27" y2="6" stroke="{color}" stroke-width="{width}"'
-        f"{dash_attr}/></svg>"
+        f"{shape}</svg>"
+    )
+
+
+def _swatch_line(color: str, dash: str | None = None, width: float = 2.5) -> str:
+    dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+    return _swatch(
+        f'<line x1="1" y1="6" x2="27" y2="6" stroke="{color}" stroke-width="{width}"{dash_attr}/>'
     )
 
 
 def _swatch_marker(kind: str, color: str = _INK) -> str:
-    return (
-        f'<svg class="swatch" xmlns="{_SVG_NS}" viewBox="0 0 28 12" aria-hidden="true">'
-        f"{_marker_shape(kind, 14, 6, color)}</svg>"
-    )
+    return _swatch(_marker_shape(kind, 14, 6, color))
 
 
 def _swatch_box(color: str) -> str:
-    return (
-        f'<svg class="swatch" xmlns="{_SVG_NS}" viewBox="0 0 28 12" aria-hidden="true">'
-        f'<rect x="6" y="1" width="16" height="10" fill="{color}"/></svg>'
-    )
+    return _swatch(f'<rect x="6" y="1" width="16" height="10" fill="{color}"/>')
 
 
 def _legend_item(swatch: str, label: str, kind: str, extra: str = "") -> str:
@@ -1201,9 +1221,12 @@ def _row(cells: Sequence[tuple[str, bool]], attrs: str = "") -> str:
     return f"<tr{attrs}>{tds}</tr>"
 
 
-def _head(columns: Sequence[tuple[str, bool]]) -> str:
+def _head(columns: Sequence[tuple[str, bool]], escape: Callable[[str], str] = _e) -> str:
+    """The header row of ``(name, numeric)`` columns; ``escape`` turns a name into markup."""
     ths = "".join(
-        f'<th scope="col" class="num">{_e(c)}</th>' if num else f'<th scope="col">{_e(c)}</th>'
+        f'<th scope="col" class="num">{escape(c)}</th>'
+        if num
+        else f'<th scope="col">{escape(c)}</th>'
         for c, num in columns
     )
     return f"<thead><tr>{ths}</tr></thead>"
@@ -1353,6 +1376,11 @@ def _facts(s: _Session, *, with_session: bool) -> str:
                 f"{f.output:,} output",
             )
         )
+    return _facts_list(items)
+
+
+def _facts_list(items: Iterable[tuple[str, str]]) -> str:
+    """Label and value pairs as a definition list; the values are markup already."""
     body = "".join(f"<dt>{_e(k)}</dt><dd>{v}</dd>" for k, v in items)
     return f'<dl class="facts">{body}</dl>'
 
@@ -1646,6 +1674,48 @@ footer { color: #59636E; font-size: 12px; padding-top: 18px; padding-bottom: 28p
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
+def _page(
+    title: str,
+    header: Sequence[str],
+    main: Sequence[str],
+    footer: str,
+    *,
+    generator: str,
+    css: str = "",
+) -> str:
+    """A whole report page: the head (the Content-Security-Policy, the shared styles and
+    ``css`` after them), ``title`` as the heading atop ``header``, then ``main`` and
+    ``footer``. ``header``, ``main`` and ``footer`` are markup already; ``title`` is text."""
+    return (
+        "\n".join(
+            [
+                "<!DOCTYPE html>",
+                '<html lang="en">',
+                "<head>",
+                '<meta charset="utf-8"/>',
+                '<meta name="viewport" content="width=device-width, initial-scale=1"/>',
+                f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}"/>',
+                f'<meta name="generator" content="{_e(generator)}"/>',
+                f"<title>{_e(title)}</title>",
+                f"<style>{_CSS}{css}</style>",
+                "</head>",
+                "<body>",
+                "<header>",
+                f"<h1>{_e(title)}</h1>",
+                *header,
+                "</header>",
+                "<main>",
+                *main,
+                "</main>",
+                f"<footer>{footer}</footer>",
+                "</body>",
+                "</html>",
+            ]
+        )
+        + "\n"
+    )
+
+
 def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
     """The simulation document ``doc`` as one self-contained HTML page.
 
@@ -1672,7 +1742,7 @@ def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
             title = f"kilo-rules simulate: {one.session}" + (
                 f" on {one.model}" if one.model else ""
             )
-    body: list[str] = ["<header>", f"<h1>{_e(title)}</h1>"]
+    header: list[str] = []
     if parsed.corpus:
         models = _unique(s.model for s in sessions)
         counters = _unique(c for s in sessions for c in s.counters)
@@ -1688,14 +1758,10 @@ def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
                 ", ".join(_e(p) for p in _unique(r.policy for s in sessions for r in s.reports)),
             )
         )
-        body.append(
-            '<dl class="facts">'
-            + "".join(f"<dt>{_e(k)}</dt><dd>{v}</dd>" for k, v in facts)
-            + "</dl>"
-        )
+        header.append(_facts_list(facts))
     else:
-        body.append(_facts(sessions[0], with_session=True))
-    body += ["</header>", "<main>"]
+        header.append(_facts(sessions[0], with_session=True))
+    body: list[str] = []
     if parsed.corpus:
         charted = list(enumerate(sessions[:MAX_CHARTED_SESSIONS], 1))
         anchors: dict[str, str] = {}
@@ -1715,23 +1781,568 @@ def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
             body.append(_rest_table(rest))
     else:
         body.append(_session_section(sessions[0], "s1", heading=None))
-    body += [
-        "</main>",
-        "<footer>Written by <code>kilo-rules simulate</code>. This page is self-contained: "
-        "no scripts, no fonts or images from elsewhere; hover a marker or a line end for "
-        "its numbers.</footer>",
+    return _page(
+        title,
+        header,
+        body,
+        "Written by <code>kilo-rules simulate</code>. This page is self-contained: no "
+        "scripts, no fonts or images from elsewhere; hover a marker or a line end for its "
+        "numbers.",
+        generator="kilo-rules simulate",
+    )
+
+
+# --- the tune report -----------------------------------------------------------------------
+
+# The first colours of the palette, as the first policies of the simulate charts have them.
+_FEASIBLE, _INFEASIBLE, _WINNER = _PALETTE[:3]
+
+# Costs that differ by less than this (USD) rank as a tie, as the tune ranks them: sums of
+# the same numbers in another order differ in the last bits.
+_COST_EPSILON = 1e-9
+
+# A knob value longer than this is cut short under its column of points.
+_MAX_TICK_LABEL = 24
+
+_TUNE_CSS = """
+tbody tr.winner td { background: #E8F5EF; font-weight: 600; }
+tr.infeasible td, tr.skipped td { color: #59636E; }
+.tag.baseline { border-color: #59636E; color: #59636E; }
+.candidates-table td.text:first-child { min-width: 0; white-space: nowrap; }
+.candidates-table td:last-child { min-width: 16em; }
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _Knob:
+    path: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    index: int
+    name: str
+    baseline: bool
+    values: Mapping[str, Any]
+    measured: bool
+    feasible: bool
+    reasons: tuple[str, ...]
+    cost: float | None
+    vs_baseline: float | None
+    floor_ratio: float | None
+    compactions: int | None
+    max_compactions: int | None
+    overflows: int | None
+    stopped: int | None
+    errors: tuple[str, ...]
+    diagnostics: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Tune:
+    tune_file: str
+    base: str
+    base_name: str
+    model: str
+    calibrate: bool
+    max_overflows: int | None
+    max_compactions: int | None
+    allow_stopped: bool | None
+    method: str | None
+    knobs: tuple[_Knob, ...]
+    sessions: tuple[str, ...]
+    failed: tuple[tuple[str, str], ...]
+    floor_cost: float | None
+    candidates: tuple[_Candidate, ...]
+    winner: _Candidate | None
+
+    @property
+    def baseline(self) -> _Candidate | None:
+        return next((c for c in self.candidates if c.baseline), None)
+
+
+def _texts(obj: _Obj, key: str) -> tuple[str, ...]:
+    out = []
+    for i, value in enumerate(obj.items(key) or ()):
+        if not isinstance(value, str):
+            raise ValueError(f"{obj.at(key)}[{i}]: expected a string, got {_kind(value)}")
+        out.append(value)
+    return tuple(out)
+
+
+def _diagnostic(obj: _Obj) -> str:
+    """A diagnostic of the report as the command line prints it."""
+    text = f"{obj.text('severity', 'error')}[{obj.text('code', '?')}]: {obj.text('message')}"
+    where = obj.child("location")
+    if where is None:
+        return text
+    return f"{where.text('file', '?')}:{where.integer('line', 1)}:{where.integer('col', 1)}: {text}"
+
+
+def _candidate(obj: _Obj) -> _Candidate:
+    index = obj.opt_integer("index")
+    if index is None:
+        raise ValueError(f"{obj.at('index')}: missing (expected the candidate's number)")
+    cost = obj.number("cost_usd")
+    status = obj.text("status", "skipped" if cost is None else "measured")
+    if status not in ("measured", "skipped"):
+        raise ValueError(f"{obj.at('status')}: expected measured or skipped, got {status!r}")
+    measured = status == "measured"
+    if measured and cost is None:
+        raise ValueError(f"{obj.at('cost_usd')}: missing (a measured candidate has a cost)")
+    reasons = _texts(obj, "reasons")
+    feasible = obj.opt_flag("feasible")
+    baseline = obj.opt_flag("baseline")
+    values = obj.child("values")
+    return _Candidate(
+        index=index,
+        name=obj.text("name", f"candidate {index}"),
+        baseline=index == 0 if baseline is None else baseline,
+        values={str(k): v for k, v in values.map.items()} if values is not None else {},
+        measured=measured,
+        feasible=(measured and not reasons) if feasible is None else feasible,
+        reasons=reasons,
+        cost=cost,
+        vs_baseline=obj.number("vs_baseline"),
+        floor_ratio=obj.number("floor_ratio"),
+        compactions=obj.opt_integer("compactions"),
+        max_compactions=obj.opt_integer("max_compactions"),
+        overflows=obj.opt_integer("provider_overflows"),
+        stopped=obj.opt_integer("stopped"),
+        errors=_texts(obj, "errors"),
+        diagnostics=tuple(
+            _diagnostic(_Obj(d, f"{obj.at('diagnostics')}[{i}]"))
+            for i, d in enumerate(obj.items("diagnostics") or ())
+        ),
+    )
+
+
+def _knob(obj: _Obj) -> _Knob:
+    path = obj.opt_text("path")
+    if path is None:
+        raise ValueError(f"{obj.at('path')}: missing (expected the knob's dotted path)")
+    values = obj.items("values")
+    if values is None:
+        raise ValueError(f"{obj.at('values')}: missing (expected the values tried)")
+    return _Knob(path, tuple(values))
+
+
+def _parse_tune(doc: object) -> _Tune:
+    root = _Obj(doc, "", what="tune report")
+    version = root.opt_integer("version")
+    if version is not None and version != 1:
+        raise ValueError(f"version: this page reads version 1 documents, got version {version}")
+    raw = root.items("candidates")
+    if raw is None:
+        raise ValueError("candidates: missing (expected the list of candidates)")
+    if not raw:
+        raise ValueError("candidates: expected at least one candidate, got an empty list")
+    candidates = tuple(_candidate(_Obj(c, f"candidates[{i}]")) for i, c in enumerate(raw))
+    by_index: dict[int, _Candidate] = {}
+    for i, c in enumerate(candidates):
+        if c.index in by_index:
+            raise ValueError(f"candidates[{i}].index: candidate {c.index} is listed twice")
+        by_index[c.index] = c
+    winner: _Candidate | None = None
+    won = root.child("winner")
+    if won is not None:
+        index = won.opt_integer("index")
+        if index is None:
+            raise ValueError(f"{won.at('index')}: missing (expected the winner's number)")
+        if index not in by_index:
+            raise ValueError(f"{won.at('index')}: no candidate {index} in candidates")
+        winner = by_index[index]
+    constraints = root.child("constraints") or _Obj({}, "constraints")
+    search = root.child("search") or _Obj({}, "search")
+    base = root.text("base")
+    return _Tune(
+        tune_file=root.text("tune_file"),
+        base=base,
+        base_name=root.text("base_name", base),
+        model=root.text("model"),
+        calibrate=bool(root.opt_flag("calibrate")),
+        max_overflows=constraints.opt_integer("max_overflows"),
+        max_compactions=constraints.opt_integer("max_compactions"),
+        allow_stopped=constraints.opt_flag("allow_stopped"),
+        method=search.opt_text("method"),
+        knobs=tuple(_knob(_Obj(k, f"knobs[{i}]")) for i, k in enumerate(root.items("knobs") or ())),
+        sessions=_texts(root, "sessions"),
+        failed=_failed(root),
+        floor_cost=root.number("floor_cost_usd"),
+        candidates=candidates,
+        winner=winner,
+    )
+
+
+def _usd4(x: float | None) -> str:
+    # Candidates of one tune often differ by fractions of a cent.
+    return "—" if x is None else f"${x:,.4f}"
+
+
+def _change(ratio: float | None) -> str:
+    return "—" if ratio is None else f"{100 * (ratio - 1):+.1f} %"
+
+
+def _knob_value(value: Any) -> str:
+    """A knob value as the tune file spells it (a string bare, anything else as JSON)."""
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _path_breaks(path: str) -> str:
+    """A dotted knob path as markup that may wrap after each dot: a long one would
+    otherwise widen its column past the page."""
+    return _e(path).replace(".", ".<wbr/>")
+
+
+def _tune_order(c: _Candidate) -> tuple[int, int, int, int]:
+    """The tune's ranking: feasible candidates by cost, then infeasible ones by cost, then
+    the skipped; equal costs go to fewer compactions, then to the earlier candidate."""
+    group = 0 if c.feasible else (1 if c.measured else 2)
+    if c.cost is None:
+        return (group, 0, 0, c.index)
+    return (group, round(c.cost / _COST_EPSILON), c.compactions or 0, c.index)
+
+
+def _tune_mark(
+    kind: str, x: float, y: float, *, size: float = 1.0, inner: str = "", attrs: str = ""
+) -> str:
+    """One candidate's point (``feasible`` filled, ``infeasible`` hollow), or the ring of
+    the ``winner`` or the box of the ``baseline`` drawn around a point; ``size`` scales it."""
+    if kind == "feasible" or kind == "infeasible":
+        fill, stroke = (_FEASIBLE, _FEASIBLE) if kind == "feasible" else ("#FFFFFF", _INFEASIBLE)
+        shape = (
+            f'<circle{attrs} cx="{_c(x)}" cy="{_c(y)}" r="{_c(5 * size)}" fill="{fill}" '
+            f'stroke="{stroke}" stroke-width="1.8"'
+        )
+        return f"{shape}>{inner}</circle>" if inner else f"{shape}/>"
+    if kind == "winner":
+        return (
+            f'<circle{attrs} cx="{_c(x)}" cy="{_c(y)}" r="{_c(10 * size)}" fill="none" '
+            f'stroke="{_WINNER}" stroke-width="2.2"/>'
+        )
+    half = 9 * size
+    return (
+        f'<rect{attrs} x="{_c(x - half)}" y="{_c(y - half)}" width="{_c(2 * half)}" '
+        f'height="{_c(2 * half)}" fill="none" stroke="{_INK}" stroke-width="1.2"/>'
+    )
+
+
+def _tune_swatch(kind: str) -> str:
+    point = _tune_mark("infeasible" if kind == "infeasible" else "feasible", 14, 6, size=0.5)
+    if kind == "winner" or kind == "baseline":
+        point += _tune_mark(kind, 14, 6, size=0.5)
+    return _swatch(point)
+
+
+_TUNE_LEGEND = {
+    "feasible": "meets the constraints",
+    "infeasible": "does not",
+    "winner": "winner",
+    "baseline": "baseline",
+}
+
+
+def _tune_chart(
+    t: _Tune,
+    chart: str,
+    caption: str,
+    xlabel: str,
+    points: Sequence[tuple[float, _Candidate]],
+    categories: Sequence[str] | None,
+) -> str:
+    """Cost against ``x`` for each ``(x, candidate)`` of ``points``: feasible candidates
+    filled, infeasible ones hollow, the winner ringed and the baseline boxed, both labelled.
+    ``categories`` names the x positions 0, 1, ... (a knob's values); without them x is a
+    count (compactions)."""
+    chart_id = f"tune-{chart}"
+    costs = [c.cost or 0.0 for _, c in points]
+    y0, y1, yticks = _span_ticks(min(costs), max(costs))
+    step = yticks[1] - yticks[0] if len(yticks) > 1 else 1.0
+    xfmt: Callable[[float], str] | None = None
+    if categories is not None:
+        names = [
+            v if len(v) <= _MAX_TICK_LABEL else v[: _MAX_TICK_LABEL - 1] + "…" for v in categories
+        ]
+        x0, x1 = -0.5, len(categories) - 0.5
+        xticks: list[float] = [float(i) for i in range(len(categories))]
+
+        def xfmt(v: float) -> str:
+            return names[round(v)]
+
+    else:
+        lo, hi = int(min(x for x, _ in points)), int(max(x for x, _ in points))
+        # Room either side, so that no point sits on the axis.
+        pad = max(0.5, (hi - lo) * 0.06)
+        x0, x1 = lo - pad, hi + pad
+        xticks = [float(v) for v in _request_ticks(lo, hi)]
+    height = 360.0
+    plot = _Plot(72, 18, _WIDTH - 72 - 20, height - 18 - 52, x0, x1, y0, y1)
+    feasible = sum(1 for _, c in points if c.feasible)
+    desc = (
+        f"One point per candidate: {feasible:,} meet the constraints, "
+        f"{len(points) - feasible:,} do not."
+    )
+    drawn = {c.index for _, c in points}
+    if t.winner is not None and t.winner.index in drawn:
+        desc += f" The winner, candidate {t.winner.index}, costs {_usd4(t.winner.cost)}."
+    svg = _svg_open(chart_id, height, f"Cost against {xlabel}", desc)
+    svg += _axes(
+        plot,
+        xticks,
+        yticks,
+        _money_tick(step),
+        xlabel=xlabel,
+        ylabel="cost (USD)",
+        xfmt=xfmt,
+    )
+    marks: list[str] = []
+    labels: list[str] = []
+    kinds: set[str] = set()
+    for xv, c in points:
+        x, y = plot.x(xv), plot.y(c.cost or 0.0)
+        kind = "feasible" if c.feasible else "infeasible"
+        kinds.add(kind)
+        tip = f"#{c.index} {c.name}: {_usd4(c.cost)}" + (
+            "" if c.feasible else " — infeasible: " + "; ".join(c.reasons)
+        )
+        svg.append(
+            _tune_mark(
+                kind,
+                x,
+                y,
+                inner=f"<title>{_e(tip)}</title>",
+                attrs=f' data-point="{kind}" data-candidate="{c.index}"',
+            )
+        )
+        # Near the right edge a label goes to the left of its point, or it would be cut.
+        right = x > plot.left + 0.85 * plot.width
+        lx, anchor = (x - 13, ' text-anchor="end"') if right else (x + 13, "")
+        if c.baseline:
+            kinds.add("baseline")
+            marks.append(_tune_mark("baseline", x, y, attrs=' data-mark="baseline"'))
+            labels.append(
+                f'<text data-label="baseline" x="{_c(lx)}" y="{_c(y + 17)}"{anchor} '
+                f'fill="{_INK}">baseline</text>'
+            )
+        if t.winner is not None and c.index == t.winner.index:
+            kinds.add("winner")
+            marks.append(_tune_mark("winner", x, y, attrs=' data-mark="winner"'))
+            labels.append(
+                f'<text data-label="winner" x="{_c(lx)}" y="{_c(y - 9)}"{anchor} '
+                f'fill="{_WINNER}" font-weight="600">winner</text>'
+            )
+    # The rings and labels last: no later point may hide them.
+    svg += marks + labels
+    legend = [
+        _legend_item(_tune_swatch(kind), label, "point", f' data-kind="{kind}"')
+        for kind, label in _TUNE_LEGEND.items()
+        if kind in kinds
     ]
-    head = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8"/>',
-        '<meta name="viewport" content="width=device-width, initial-scale=1"/>',
-        f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}"/>',
-        '<meta name="generator" content="kilo-rules simulate"/>',
-        f"<title>{_e(title)}</title>",
-        f"<style>{_CSS}</style>",
-        "</head>",
-        "<body>",
+    return _figure(chart, chart_id, caption, legend, svg)
+
+
+def _tune_charts(t: _Tune) -> list[str]:
+    measured = [c for c in t.candidates if c.measured]
+    if not measured:
+        return []
+    figures = [
+        _tune_chart(
+            t,
+            "cost-compactions",
+            "<strong>Cost against compactions.</strong> Each candidate's cost over every "
+            "session against its compactions (summed over the sessions).",
+            "compactions",
+            [(float(c.compactions or 0), c) for c in measured],
+            None,
+        )
     ]
-    return "\n".join([*head, *body, "</body>", "</html>"]) + "\n"
+    for i, knob in enumerate(t.knobs):
+        # Values compared as JSON: 1, 1.0 and true are different settings of a knob.
+        where: dict[str, int] = {}
+        for n, value in enumerate(knob.values):
+            where.setdefault(json.dumps(value, sort_keys=True, default=str), n)
+        points = []
+        for c in measured:
+            # The baseline's value may be none of those tried: it has no column.
+            if c.baseline or knob.path not in c.values:
+                continue
+            column = where.get(json.dumps(c.values[knob.path], sort_keys=True, default=str))
+            if column is not None:
+                points.append((float(column), c))
+        if not points:
+            continue
+        path = _e(knob.path)
+        figures.append(
+            _tune_chart(
+                t,
+                f"knob-{i}",
+                f"<strong>Cost against {path}.</strong> Each candidate's cost against its "
+                f"value of {path} (the other knobs vary within a column; the baseline is not "
+                "drawn).",
+                knob.path,
+                points,
+                [_knob_value(v) for v in knob.values],
+            )
+        )
+    return figures
+
+
+def _tune_table(t: _Tune) -> str:
+    columns = [
+        ("#", False),
+        *((k.path, False) for k in t.knobs),
+        ("Cost", True),
+        ("vs baseline", True),
+        ("vs floor", True),
+        ("Compactions", True),
+        ("Max / session", True),
+        ("Overflows", True),
+        ("Stopped", True),
+        ("Feasible", False),
+    ]
+    rows = []
+    for c in sorted(t.candidates, key=_tune_order):
+        classes = []
+        tags = ""
+        if t.winner is not None and c.index == t.winner.index:
+            classes.append("winner")
+            tags += ' <span class="tag winner">winner</span>'
+        if c.baseline:
+            classes.append("baseline")
+            tags += ' <span class="tag baseline">baseline</span>'
+        if not c.measured:
+            classes.append("skipped")
+            verdict = "skipped: " + "; ".join(c.diagnostics) if c.diagnostics else "skipped"
+        elif not c.feasible:
+            classes.append("infeasible")
+            verdict = "no: " + "; ".join(c.reasons) if c.reasons else "no"
+        else:
+            verdict = "yes"
+        # Why replays stopped names the session: long, so it is the cell's tooltip.
+        why = f' title="{_e("; ".join(c.errors))}"' if c.errors else ""
+        cells = [
+            (f'<span title="{_e(c.name)}">{c.index}</span>{tags}', False),
+            *(
+                (
+                    f"<code>{_e(_knob_value(c.values[k.path]))}</code>"
+                    if k.path in c.values
+                    else "—",
+                    False,
+                )
+                for k in t.knobs
+            ),
+            (_usd4(c.cost), True),
+            (_change(c.vs_baseline), True),
+            (_ratio(c.floor_ratio), True),
+            (_int(c.compactions), True),
+            (_int(c.max_compactions), True),
+            (_int(c.overflows), True),
+            (_int(c.stopped), True),
+            (f"<span{why}>{_e(verdict)}</span>", False),
+        ]
+        attrs = f' data-candidate="{c.index}"' + (
+            f' class="{" ".join(classes)}"' if classes else ""
+        )
+        rows.append(_row(cells, attrs))
+    return "\n".join(
+        [
+            '<section class="candidates" id="candidates">',
+            "<h2>Candidates</h2>",
+            '<div class="table-wrap"><table class="candidates-table">',
+            "<caption>Every candidate, those that meet the constraints first, by cost over "
+            "every session; “vs baseline” divides each cost by the baseline's.</caption>",
+            _head(columns, _path_breaks),
+            "<tbody>",
+            *rows,
+            "</tbody></table></div>",
+            "</section>",
+        ]
+    )
+
+
+def _tune_facts(t: _Tune) -> str:
+    constraints = []
+    if t.max_overflows is not None:
+        constraints.append(f"provider overflows ≤ {t.max_overflows:,}")
+    if t.max_compactions is not None:
+        constraints.append(f"compactions per session ≤ {t.max_compactions:,}")
+    if t.allow_stopped is not None:
+        constraints.append("stopped replays allowed" if t.allow_stopped else "no stopped replay")
+    skipped = sum(1 for c in t.candidates if not c.measured)
+    tried = len(t.candidates) - (1 if t.baseline is not None else 0)
+    method = f" ({t.method})" if t.method else ""
+    return _facts_list(
+        [
+            ("Tune file", f"<code>{_e(t.tune_file)}</code>"),
+            ("Base", f"<code>{_e(t.base)}</code>"),
+            ("Model", f"<code>{_e(t.model)}</code>" + (" (calibrated)" if t.calibrate else "")),
+            ("Sessions", "<br/>".join(f"<code>{_e(s)}</code>" for s in t.sessions) or "—"),
+            ("Constraints", _e(", ".join(constraints)) or "—"),
+            (
+                "Candidates",
+                _e(
+                    f"{tried:,}{method}"
+                    + (" and the baseline" if t.baseline is not None else "")
+                    + (f"; {skipped:,} skipped" if skipped else "")
+                ),
+            ),
+            ("Floor", _e(_usd4(t.floor_cost))),
+        ]
+    )
+
+
+def _verdict(t: _Tune) -> str:
+    w = t.winner
+    if w is None:
+        return '<p class="lede">No candidate meets the constraints.</p>'
+    base = t.baseline
+    text = f"Winner: candidate {w.index} <code>{_e(w.name)}</code>, {_e(_usd4(w.cost))}"
+    if base is not None and base is not w:
+        text += f" against {_e(_usd4(base.cost))} for the baseline ({_e(_change(w.vs_baseline))})"
+    elif base is w:
+        text += ": the baseline itself, nothing cheaper meets the constraints"
+    return f'<p class="lede">{text}.</p>'
+
+
+def render_tune_html(doc: Mapping[str, Any]) -> str:
+    """The ``kilo-rules tune`` report ``doc`` as one self-contained HTML page.
+
+    ``doc`` is the tune's ``report.json`` (:meth:`kilo_rules.tune.TuneResult.to_json`):
+    the tune file's facts, the knobs and their values, and every candidate with its
+    measures. The page shows the facts and the verdict, the table of candidates (those that
+    meet the constraints first, by cost; the winner and the baseline marked) and inline-SVG
+    scatter charts of cost against compactions and against each knob (infeasible points
+    hollow, the winner and the baseline labelled), with the styles, axes and legends of
+    :func:`render_html`'s charts.
+
+    Like :func:`render_html`'s page it has no script and loads nothing, every string from
+    ``doc`` is escaped, and the same document always gives the same text.
+
+    Raises :class:`ValueError` naming the path of the first invalid value (for example
+    ``candidates[3].cost_usd: expected a number, got a string``).
+    """
+    t = _parse_tune(doc)
+    title = f"kilo-rules tune: {t.base_name}" + (f" on {t.model}" if t.model else "")
+    main = [_tune_table(t)]
+    if t.failed:
+        main.append(_failed_list(t.failed))
+    charts = _tune_charts(t)
+    main.append('<section class="charts" id="charts">')
+    main.append("<h2>Charts</h2>")
+    if charts:
+        main += charts
+    else:
+        main.append(
+            '<p class="note" data-skipped="charts">No charts: no candidate was replayed.</p>'
+        )
+    main.append("</section>")
+    return _page(
+        title,
+        [_tune_facts(t), _verdict(t)],
+        main,
+        "Written by <code>kilo-rules tune</code>. This page is self-contained: no scripts, "
+        "no fonts or images from elsewhere; hover a point for its candidate.",
+        generator="kilo-rules tune",
+        css=_TUNE_CSS,
+    )

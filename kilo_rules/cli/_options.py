@@ -7,9 +7,11 @@ policy reference, ``config.*`` values, a :class:`StepInput`."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, get_args
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, get_args
 
 from ..catalog import ModelInfo, WireApi, bundled_catalog, model_from_data
 from ..load import load_yaml_file
@@ -17,6 +19,7 @@ from ..settings import Settings, parse_config
 from ._runner import EPILOG
 
 if TYPE_CHECKING:
+    from ..fleet import Executor, Progress
     from ..runtime.context import StepInput
 
 #: The subcommands of the ``kilo-rules`` parser, which each command module adds itself to.
@@ -200,3 +203,64 @@ def step(args: argparse.Namespace) -> StepInput:
         max_steps=args.max_steps,
         provider=args.provider,
     )
+
+
+def add_corpus(parser: argparse.ArgumentParser, *, title: str) -> argparse._ArgumentGroup:
+    """The options of a command that replays many sessions at once, in a group titled
+    ``title``: ``--jobs``, ``--executor``, ``--scheduler`` and ``--no-progress``
+    (:func:`corpus_run` resolves them). Returns the group, for the command's own options."""
+    group = parser.add_argument_group(title)
+    group.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sessions replayed at once (default: every core)",
+    )
+    group.add_argument(
+        "--executor",
+        choices=("process", "dask", "serial"),
+        default=None,
+        help="local processes (default), a Dask cluster (the distributed extra), or serial",
+    )
+    group.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="a running Dask scheduler (tcp://host:8786); implies --executor dask",
+    )
+    group.add_argument(
+        "--no-progress", action="store_true", help="no progress on stderr for many sessions"
+    )
+    return group
+
+
+class CorpusRun(TypedDict):
+    """How :func:`~kilo_rules.fleet.run_corpus` runs, as its keyword arguments."""
+
+    executor: Executor
+    workers: int
+    scheduler: str | None
+    progress: Progress | None
+
+
+def check_jobs(args: argparse.Namespace) -> None:
+    """Refuse a ``--jobs`` outside 1..256."""
+    if args.jobs is not None and not 1 <= args.jobs <= 256:
+        raise ValueError("--jobs must be within 1..256")
+
+
+@contextlib.contextmanager
+def corpus_run(args: argparse.Namespace, total: int) -> Iterator[CorpusRun]:
+    """:func:`add_corpus`'s options for a run of ``total`` sessions, while the block runs:
+    the executor (``--scheduler`` implies Dask), the workers (default: one per session up
+    to the CPUs) and, unless ``--no-progress``, the progress shown on stderr."""
+    from ..fleet import progress_reporter
+
+    check_jobs(args)
+    with contextlib.ExitStack() as stack:
+        yield CorpusRun(
+            executor="dask" if args.scheduler else (args.executor or "process"),
+            workers=args.jobs or min(total, os.cpu_count() or 1),
+            scheduler=args.scheduler,
+            progress=None if args.no_progress else stack.enter_context(progress_reporter(total)),
+        )

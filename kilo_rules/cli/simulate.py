@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -99,30 +98,9 @@ def register(sub: opt.Subcommands) -> None:
         metavar="N",
         help="blocks before a breakpoint checked for a cache hit (0: any; default 20)",
     )
-    many = p.add_argument_group("many sessions")
-    many.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="sessions replayed at once (default: every core)",
-    )
-    many.add_argument(
-        "--executor",
-        choices=("process", "dask", "serial"),
-        default=None,
-        help="local processes (default), a Dask cluster (the distributed extra), or serial",
-    )
-    many.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="a running Dask scheduler (tcp://host:8786); implies --executor dask",
-    )
+    many = opt.add_corpus(p, title="many sessions")
     many.add_argument(
         "--worst", type=int, default=10, metavar="N", help="worst sessions listed (default 10)"
-    )
-    many.add_argument(
-        "--no-progress", action="store_true", help="no progress on stderr for many sessions"
     )
     p.set_defaults(handler=run)
 
@@ -236,33 +214,10 @@ def _notes(doc: Mapping[str, Any]) -> list[str]:
 
 
 def _many(args: argparse.Namespace, paths: Sequence[Path], job: Any) -> int:
-    from ..fleet import (
-        Executor,
-        aggregate,
-        aggregate_rows,
-        progress_reporter,
-        run_corpus,
-        worst_rows,
-    )
+    from ..fleet import aggregate, aggregate_rows, run_corpus, worst_rows
 
-    executor: Executor = "dask" if args.scheduler else (args.executor or "process")
-    if args.jobs is not None and not 1 <= args.jobs <= 256:
-        raise ValueError("--jobs must be within 1..256")
-    workers = args.jobs or min(len(paths), os.cpu_count() or 1)
-    if args.no_progress:
-        outcomes = run_corpus(
-            paths, job, executor=executor, workers=workers, scheduler=args.scheduler
-        )
-    else:
-        with progress_reporter(len(paths)) as progress:
-            outcomes = run_corpus(
-                paths,
-                job,
-                executor=executor,
-                workers=workers,
-                scheduler=args.scheduler,
-                progress=progress,
-            )
+    with opt.corpus_run(args, len(paths)) as how:
+        outcomes = run_corpus(paths, job, **how)
     docs = [o.value for o in outcomes if o.value is not None]
     failures = [o for o in outcomes if o.value is None]
     failed = [{"session": str(o.path), "error": o.error} for o in failures]

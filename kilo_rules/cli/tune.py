@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,50 +50,19 @@ def register(sub: opt.Subcommands) -> None:
     )
     opt.add_format(p, what="; json: the whole report")
     opt.add_allow_read(p)
-    many = p.add_argument_group("running")
-    many.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="sessions replayed at once (default: every core)",
-    )
-    many.add_argument(
-        "--executor",
-        choices=("process", "dask", "serial"),
-        default=None,
-        help="local processes (default), a Dask cluster (the distributed extra), or serial",
-    )
-    many.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="a running Dask scheduler (tcp://host:8786); implies --executor dask",
-    )
-    many.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    opt.add_corpus(p, title="running")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Load the tune file, replay, write the outputs and print the best candidates."""
-    from ..fleet import Executor, progress_reporter
     from ..tune import load_tune_file, run_tune, write_outputs
 
-    if args.jobs is not None and not 1 <= args.jobs <= 256:
-        raise ValueError("--jobs must be within 1..256")
+    # Refused before the tune file is read: a mistyped option is the first thing to say.
+    opt.check_jobs(args)
     spec = load_tune_file(args.tune_file)
-    executor: Executor = "dask" if args.scheduler else (args.executor or "process")
-    workers = args.jobs or min(len(spec.sessions), os.cpu_count() or 1)
-    if args.no_progress:
-        result = run_tune(spec, executor=executor, workers=workers, scheduler=args.scheduler)
-    else:
-        with progress_reporter(len(spec.sessions)) as progress:
-            result = run_tune(
-                spec,
-                executor=executor,
-                workers=workers,
-                scheduler=args.scheduler,
-                progress=progress,
-            )
+    with opt.corpus_run(args, len(spec.sessions)) as how:
+        result = run_tune(spec, **how)
     written = write_outputs(result, args.out)
     if args.format == "json":
         report = result.to_json()
