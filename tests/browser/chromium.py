@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from playwright.sync_api import Browser, sync_playwright
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
 # No sandbox: test containers run as root without user namespaces. The rest keeps the
@@ -33,3 +35,36 @@ def chromium() -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+@dataclass
+class Watched:
+    """A page opened from a file, with what it did while loading and afterwards."""
+
+    page: Page
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+
+def open_page(browser: Browser, html: str, path: Path) -> Watched:
+    """Write ``html`` to ``path`` and open it at 1280 px, recording console errors, page
+    errors and every request the page makes (a self-contained page makes one: itself)."""
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's chromium: apt-get install chromium",
+            pytrace=False,
+        )
+    path.write_text(html, encoding="utf-8")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    watched = Watched(page)
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            watched.console_errors.append(message.text)
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: watched.page_errors.append(str(error)))
+    page.on("request", lambda request: watched.requests.append(request.url))
+    page.goto(path.as_uri(), wait_until="load")
+    return watched

@@ -12,12 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-from playwright.sync_api import ConsoleMessage, Error, Locator, Request
+from playwright.sync_api import Locator
 
 from kilo_rules.htmlreport import render_html
 
-from .chromium import CHROMIUM, chromium
+from .chromium import chromium, open_page
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "simulate" / "opus46-spotter.json"
@@ -35,37 +34,13 @@ def box(locator: Locator, what: str) -> dict[str, float]:
 
 
 def test_opus_report_renders_in_chromium(tmp_path: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"{CHROMIUM} is missing: install Debian's chromium: apt-get install chromium",
-            pytrace=False,
-        )
     doc: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
     policies = [r["policy"] for r in doc["reports"]]
     page_file = tmp_path / "simulate-report.html"
-    page_file.write_text(render_html(doc), encoding="utf-8")
     url = page_file.as_uri()
-
-    console_errors: list[str] = []
-    page_errors: list[str] = []
-    requests: list[str] = []
-
-    def on_console(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            console_errors.append(message.text)
-
-    def on_page_error(error: Error) -> None:
-        page_errors.append(str(error))
-
-    def on_request(request: Request) -> None:
-        requests.append(request.url)
-
     with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.on("console", on_console)
-        page.on("pageerror", on_page_error)
-        page.on("request", on_request)
-        page.goto(url, wait_until="load")
+        watched = open_page(browser, render_html(doc), page_file)
+        page = watched.page
 
         for chart in CHARTS:
             svg = page.locator(f'figure[data-chart="{chart}"] svg.chart')
@@ -121,9 +96,9 @@ def test_opus_report_renders_in_chromium(tmp_path: Path) -> None:
         ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACT), full_page=True)
 
-    assert console_errors == []
-    assert page_errors == []
-    assert requests == [url]
+    assert watched.console_errors == []
+    assert watched.page_errors == []
+    assert watched.requests == [url]
     png = ARTIFACT.read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     assert len(png) > 20_000

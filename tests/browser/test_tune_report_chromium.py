@@ -15,12 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-from playwright.sync_api import ConsoleMessage, Error, Request
-
 from kilo_rules.htmlreport import render_tune_html
 
-from .chromium import CHROMIUM, chromium
+from .chromium import chromium, open_page
 from .test_report_chromium import box
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,11 +26,6 @@ ARTIFACT = ROOT / "build" / "test-artifacts" / "tune-report.png"
 
 
 def test_tune_report_renders_in_chromium(tmp_path: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"{CHROMIUM} is missing: install Debian's chromium: apt-get install chromium",
-            pytrace=False,
-        )
     doc: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
     candidates = doc["candidates"]
     knobs = [k["path"] for k in doc["knobs"]]
@@ -46,29 +38,10 @@ def test_tune_report_renders_in_chromium(tmp_path: Path) -> None:
         for c in sorted(candidates, key=lambda c: (not c["feasible"], c["cost_usd"], c["index"]))
     ]
     page_file = tmp_path / "tune-report.html"
-    page_file.write_text(render_tune_html(doc), encoding="utf-8")
     url = page_file.as_uri()
-
-    console_errors: list[str] = []
-    page_errors: list[str] = []
-    requests: list[str] = []
-
-    def on_console(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            console_errors.append(message.text)
-
-    def on_page_error(error: Error) -> None:
-        page_errors.append(str(error))
-
-    def on_request(request: Request) -> None:
-        requests.append(request.url)
-
     with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.on("console", on_console)
-        page.on("pageerror", on_page_error)
-        page.on("request", on_request)
-        page.goto(url, wait_until="load")
+        watched = open_page(browser, render_tune_html(doc), page_file)
+        page = watched.page
 
         charts = ["cost-compactions", *(f"knob-{i}" for i in range(len(knobs)))]
         chart_boxes = {}
@@ -135,9 +108,9 @@ def test_tune_report_renders_in_chromium(tmp_path: Path) -> None:
         ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACT), full_page=True)
 
-    assert console_errors == []
-    assert page_errors == []
-    assert requests == [url]
+    assert watched.console_errors == []
+    assert watched.page_errors == []
+    assert watched.requests == [url]
     png = ARTIFACT.read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     assert len(png) > 20_000
