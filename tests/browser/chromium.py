@@ -68,3 +68,22 @@ def open_page(browser: Browser, html: str, path: Path) -> Watched:
     page.on("request", lambda request: watched.requests.append(request.url))
     page.goto(path.as_uri(), wait_until="load")
     return watched
+
+
+def finish(watched: Watched, url: str, artifact: Path) -> None:
+    """What every report page must show at the end: its table fits a 1280-pixel window
+    without scrolling sideways; a full-page screenshot is kept as a test artifact (a real
+    PNG); and loading it logged no error and requested nothing but the page itself."""
+    widths = watched.page.evaluate(
+        "() => { const w = document.querySelector('.table-wrap');"
+        " return [w.clientWidth, w.scrollWidth]; }"
+    )
+    assert widths[1] <= widths[0], widths
+    artifact.parent.mkdir(parents=True, exist_ok=True)
+    watched.page.screenshot(path=str(artifact), full_page=True)
+    assert watched.console_errors == []
+    assert watched.page_errors == []
+    assert watched.requests == [url]
+    png = artifact.read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(png) > 20_000

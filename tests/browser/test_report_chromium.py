@@ -16,7 +16,7 @@ from playwright.sync_api import Locator
 
 from kilo_rules.htmlreport import render_html
 
-from .chromium import chromium, open_page
+from .chromium import chromium, finish, open_page
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "simulate" / "opus46-spotter.json"
@@ -86,19 +86,4 @@ def test_opus_report_renders_in_chromium(tmp_path: Path) -> None:
             assert row.is_visible(), policy
             assert row.get_attribute("data-policy") == policy
             box(row, f"table row {policy}")
-        # The table fits a 1280-pixel window without scrolling sideways.
-        widths = page.evaluate(
-            "() => { const w = document.querySelector('.table-wrap');"
-            " return [w.clientWidth, w.scrollWidth]; }"
-        )
-        assert widths[1] <= widths[0], widths
-
-        ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACT), full_page=True)
-
-    assert watched.console_errors == []
-    assert watched.page_errors == []
-    assert watched.requests == [url]
-    png = ARTIFACT.read_bytes()
-    assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    assert len(png) > 20_000
+        finish(watched, url, ARTIFACT)

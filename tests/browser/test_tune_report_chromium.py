@@ -17,7 +17,7 @@ from typing import Any
 
 from kilo_rules.htmlreport import render_tune_html
 
-from .chromium import chromium, open_page
+from .chromium import chromium, finish, open_page
 from .test_report_chromium import box
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,19 +98,4 @@ def test_tune_report_renders_in_chromium(tmp_path: Path) -> None:
             box(row, f"table row {i}")
         box(page.locator(f'tr[data-candidate="{winner}"].winner .tag.winner'), "winner tag")
         box(page.locator('tr[data-candidate="0"].baseline .tag.baseline'), "baseline tag")
-        # The table fits a 1280-pixel window without scrolling sideways.
-        widths = page.evaluate(
-            "() => { const w = document.querySelector('.table-wrap');"
-            " return [w.clientWidth, w.scrollWidth]; }"
-        )
-        assert widths[1] <= widths[0], widths
-
-        ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACT), full_page=True)
-
-    assert watched.console_errors == []
-    assert watched.page_errors == []
-    assert watched.requests == [url]
-    png = ARTIFACT.read_bytes()
-    assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    assert len(png) > 20_000
+        finish(watched, url, ARTIFACT)
