@@ -1080,8 +1080,17 @@ def _change(ratio: float | None) -> str:
     return f"{100 * (ratio - 1):+.1f} %"
 
 
+def _shown(path: str | Path, out_dir: Path) -> str:
+    """``path`` as the winner file should name it: relative to where the file is written,
+    so that the file reads the same on every machine that checks it out."""
+    try:
+        return os.path.relpath(Path(path).resolve(), out_dir.resolve())
+    except ValueError:  # another drive (Windows)
+        return str(path)
+
+
 def _winner_header(
-    result: TuneResult, winner: CandidateResult, extends_note: str | None
+    result: TuneResult, winner: CandidateResult, extends_note: str | None, out_dir: Path
 ) -> list[str]:
     spec = result.spec
     m, base = winner.measures, result.baseline.measures
@@ -1096,10 +1105,10 @@ def _winner_header(
         f"{spec.base_name}-tuned: {spec.base_name} with the cheapest knob setting kilo-rules "
         "tune found",
         f"that meets the constraints ({', '.join(limits)}).",
-        f"Tune file: {spec.file}",
+        f"Tune file: {_shown(spec.file, out_dir)}",
         f"Tuned on {_plural(len(result.sessions), 'session')} with {spec.model.id}{calibrated}:",
     ]
-    lines += [f"  {s}" for s in result.sessions[:_HEADER_SESSIONS]]
+    lines += [f"  {_shown(s, out_dir)}" for s in result.sessions[:_HEADER_SESSIONS]]
     if len(result.sessions) > _HEADER_SESSIONS:
         lines.append(f"  and {len(result.sessions) - _HEADER_SESSIONS:,} more")
     measured = (
@@ -1157,7 +1166,7 @@ def write_outputs(result: TuneResult, out_dir: str | Path) -> dict[str, Path]:
                 winner.candidate,
                 name=f"{spec.base_name}-tuned",
                 extends=extends,
-                header=_winner_header(result, winner, note),
+                header=_winner_header(result, winner, note, out),
                 description=f"{spec.base_name} tuned by kilo-rules tune on "
                 f"{_plural(len(result.sessions), 'session')} with {spec.model.id}{calibrated}.",
             ),
