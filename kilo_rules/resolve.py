@@ -115,8 +115,26 @@ def _schema_errors(doc: Document) -> tuple[Diagnostic, ...]:
     return tuple(schema_diagnostics(doc, "policy.v1.json"))
 
 
-def _is_path(ref: str) -> bool:
+def is_path_ref(ref: str) -> bool:
+    """Whether a policy ref names a file (as ``extends:`` tells): it holds a ``/`` or ``\\``
+    or ends in ``.yaml``/``.yml``; otherwise it is a bundled policy name."""
     return "/" in ref or "\\" in ref or ref.endswith((".yaml", ".yml"))
+
+
+def unknown_bundled(ref: str, code: str, at: Location, **details: Any) -> Diagnostic:
+    """``ref`` names no bundled policy: the diagnostic, with the nearest name and the list."""
+    from .errors import did_you_mean
+
+    names = bundled_policy_names()
+    guess = did_you_mean(ref, names)
+    return Diagnostic(
+        code,
+        f"no bundled policy named {ref!r}",
+        at,
+        details=details,
+        hint=(f"did you mean {guess!r}? " if guess else "")
+        + f"bundled: {', '.join(names)}; a file path needs a '/' or a .yaml suffix",
+    )
 
 
 @dataclass
@@ -286,25 +304,15 @@ def _documents(
     """The extends chain of ``ref``, base first. A base named by ``extends:`` (``at``) is
     read only inside the allowed roots, as every file a policy names."""
     ref_s = str(ref)
-    named_file = isinstance(ref, Path) or _is_path(ref_s)
+    named_file = isinstance(ref, Path) or is_path_ref(ref_s)
     if named_file:
         path = Path(ref_s).expanduser()
         if not path.is_absolute() and relative_to is not None:
             path = relative_to / path
     else:
         if ref_s not in bundled_policy_names():
-            from .errors import did_you_mean
-
-            hint = did_you_mean(ref_s, bundled_policy_names())
             raise PolicyError(
-                Diagnostic(
-                    "policy.extends-not-found",
-                    f"no bundled policy named {ref_s!r}",
-                    at or Location(ref_s, 1, 1),
-                    hint=(f"did you mean {hint!r}? " if hint else "")
-                    + f"bundled: {', '.join(bundled_policy_names())}; a file path needs a "
-                    "'/' or a .yaml suffix",
-                )
+                unknown_bundled(ref_s, "policy.extends-not-found", at or Location(ref_s, 1, 1))
             )
         path = bundled_policy_path(ref_s)
     resolved = path.resolve()

@@ -38,9 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from . import sandbox
 from .catalog import Catalog, ModelInfo
-from .errors import Diagnostic, Location, PolicyError, did_you_mean
+from .errors import Diagnostic, Location, PolicyError
 from .load import DEFAULT_LIMITS, Document, JsonPath, load_yaml_file
-from .resolve import bundled_policy_names, bundled_root
+from .resolve import bundled_policy_names, bundled_root, is_path_ref, unknown_bundled
 from .validate import dotted, schema_diagnostics
 
 #: The routes file's name at the root of a policy directory or bundle.
@@ -223,12 +223,6 @@ class Routes:
         return list(dict.fromkeys(self._ref(i) for i in order))
 
 
-def is_path_ref(ref: str) -> bool:
-    """Whether a policy ref names a file (as ``extends:`` tells): it holds a ``/`` or ``\\``
-    or ends in ``.yaml``/``.yml``; otherwise it is a bundled policy name."""
-    return "/" in ref or "\\" in ref or ref.endswith((".yaml", ".yml"))
-
-
 # -- loading --------------------------------------------------------------------------------
 
 #: The sandbox's refusals, renamed for a policy a routes file names.
@@ -304,15 +298,7 @@ def _resolve_ref(
         names = bundled_policy_names()
         if ref in names:
             return ref, None
-        guess = did_you_mean(ref, names)
-        return ref, Diagnostic(
-            "routes.unknown-policy",
-            f"no bundled policy named {ref!r}",
-            at,
-            details={"bundled": names},
-            hint=(f"did you mean {guess!r}? " if guess else "")
-            + f"bundled: {', '.join(names)}; a file path needs a '/' or a .yaml suffix",
-        )
+        return ref, unknown_bundled(ref, "routes.unknown-policy", at, bundled=names)
     named = sandbox.FileRef(ref, at, base)
     real, problem = sandbox.file_problem(
         named, roots, max_bytes=DEFAULT_LIMITS.max_bytes, what="policy file"

@@ -472,11 +472,10 @@ class _Replay:
         self.runtime = Runtime(plan, self.metered)
         self.cache = cache
         self.window = m.limits.input or m.limits.context
-        from .runtime.server import requested
+        from .runtime.server import gated
 
-        supported = set(m.server_edits)
-        edits = [e for e in requested(plan) if e["edit"] in supported]
-        self.server = ServerEdits(edits, m.api, counter.count)
+        runs = [e for e, supported in gated(plan) if supported]
+        self.server = ServerEdits(runs, m.api, counter.count)
 
     def _build(self, live: Session) -> tuple[StepResult, list[Block], int, ServerStep]:
         """The request for the next step, retried while the provider would reject it."""
@@ -689,7 +688,8 @@ def session_document(
     model = plans[0].model
     if any(p.model.id != model.id for p in plans):
         raise ValueError("every plan of one simulation must be for the same model")
-    fitted = fit_calibration(plans[0], session)
+    # A declared calibration is applied whatever the log holds: no fit to make.
+    fitted = None if declared is not None else fit_calibration(plans[0], session)
     if calibrate and fitted is None and declared is None:
         raise SessionError(
             Diagnostic(

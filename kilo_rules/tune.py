@@ -36,12 +36,12 @@ from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
 from .catalog import ModelInfo, bundled_catalog, model_from_data
-from .errors import Diagnostic, KiloRulesError, Location, PolicyError, did_you_mean
+from .errors import Diagnostic, KiloRulesError, Location, PolicyError
 from .fleet import Executor, Outcome, Progress, expand_sessions, run_corpus
 from .htmlreport import render_tune_html
 from .jsonschemas import load_schema
 from .load import Document, JsonPath, load_yaml_file, lookup, parse_yaml
-from .resolve import bundled_policy_names, resolve_policy
+from .resolve import bundled_policy_names, is_path_ref, resolve_policy, unknown_bundled
 from .sandbox import allow_read, operator_roots
 from .tune_format import KNOB_PATH_PATTERN, Constraints, KnobRange, KnobValue, Search, TuneFile
 from .validate import diagnose_all, dotted, schema_diagnostics
@@ -308,12 +308,6 @@ def _result_json(result: TuneResult, r: CandidateResult) -> dict[str, Any]:
 # --- loading -------------------------------------------------------------------------------
 
 
-def _is_path_ref(ref: str) -> bool:
-    """A policy ref naming a file rather than a bundled policy (as ``extends:`` tells them
-    apart)."""
-    return "/" in ref or "\\" in ref or ref.endswith((".yaml", ".yml"))
-
-
 def _relative_to(file: Path, ref: str) -> Path:
     p = Path(ref).expanduser()
     return Path(os.path.normpath(p if p.is_absolute() else file.parent / p))
@@ -513,18 +507,10 @@ def _count_problem(doc: Document, spec: TuneFile, knobs: Sequence[Knob]) -> Diag
 def _base(doc: Document, ref: str, file: Path) -> tuple[str, Diagnostic | None]:
     """The base as compile takes it (a bundled name, or an absolute path), or why not."""
     at = doc.locate(("base",))
-    if not _is_path_ref(ref):
-        names = bundled_policy_names()
-        if ref in names:
+    if not is_path_ref(ref):
+        if ref in bundled_policy_names():
             return ref, None
-        guess = did_you_mean(ref, names)
-        return ref, Diagnostic(
-            "tune.unknown-base",
-            f"no bundled policy named {ref!r}",
-            at,
-            hint=(f"did you mean {guess!r}? " if guess else "")
-            + f"bundled: {', '.join(names)}; a file path needs a '/' or a .yaml suffix",
-        )
+        return ref, unknown_bundled(ref, "tune.unknown-base", at)
     path = _relative_to(file, ref)
     if not path.is_file():
         problem = "is not a regular file" if path.exists() else "does not exist"

@@ -424,14 +424,12 @@ def _prompt(plan: Plan) -> list[_Finding]:
 def _server(plan: Plan) -> list[_Finding]:
     """A server-side edit the policy enables on a model whose provider does not run it:
     it is not sent, so the context management the author counted on does not happen."""
-    from .runtime.server import requested
+    from .runtime.server import gated
 
-    supported = set(plan.model.server_edits)
+    supported = plan.model.server_edits
     out = []
-    for edit in requested(plan):
+    for edit in [e for e, runs in gated(plan) if not runs]:
         name = edit["edit"]
-        if name in supported:
-            continue
         out.append(
             _Finding(
                 "verify.server-edit",

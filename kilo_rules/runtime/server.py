@@ -55,21 +55,27 @@ def requested(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
+def gated(plan: Plan) -> list[tuple[dict[str, Any], bool]]:
+    """Each edit the policy asks for, in order, with whether the model's provider runs it:
+    the one place the catalog's ``server_edits`` decides (runtime, simulate, verify)."""
+    supported = set(plan.model.server_edits)
+    return [(e, e["edit"] in supported) for e in requested(plan)]
+
+
 def server_edits(run: StepRun) -> list[dict[str, Any]]:
     """The edits this step sends: the policy's, where the model's provider runs them. Each
     is a decision; an edit the model lacks is a warning and is not sent."""
     plan = run.plan
-    supported = set(plan.model.server_edits)
     sent = []
-    for edit in requested(plan):
+    for edit, runs in gated(plan):
         name = edit["edit"]
         setting = f"server.{name}"
-        if name not in supported:
+        if not runs:
             run.decide(
                 "cache",
                 f"server.{name}.unsupported",
                 setting,
-                {"model": plan.model.id, "server_edits": sorted(supported)},
+                {"model": plan.model.id, "server_edits": sorted(plan.model.server_edits)},
                 f"not sent: {plan.model.id} does not run {name} (catalog server_edits)",
                 "warning",
             )
