@@ -92,14 +92,16 @@ def load_policy_document(path: Path, limits: Limits = DEFAULT_LIMITS) -> Documen
 
 
 def _checked_document(
-    path: Path, limits: Limits, *, schema: bool = True
+    path: Path, limits: Limits, *, schema: bool = True, text: str | None = None
 ) -> tuple[Document, tuple[Diagnostic, ...]]:
     """The document of ``path`` and, with ``schema``, its policy-schema diagnostics (each
-    computed once per file name and content)."""
-    try:
-        text = read_text_limited(path, limits)
-    except OSError:
-        return load_yaml_file(path, limits), ()  # raises the located io.read error
+    computed once per file name and content). ``text`` is the file's content when the
+    caller has already read it (through the sandbox)."""
+    if text is None:
+        try:
+            text = read_text_limited(path, limits)
+        except OSError:
+            return load_yaml_file(path, limits), ()  # raises the located io.read error
     key = (str(path), text, limits)
     doc, errors = _DOCUMENTS.get(key) or (parse_yaml(text, str(path), limits), None)
     if errors is None and schema:
@@ -305,6 +307,7 @@ def _documents(
     read only inside the allowed roots, as every file a policy names."""
     ref_s = str(ref)
     named_file = isinstance(ref, Path) or is_path_ref(ref_s)
+    text: str | None = None
     if named_file:
         path = Path(ref_s).expanduser()
         if not path.is_absolute() and relative_to is not None:
@@ -334,8 +337,11 @@ def _documents(
             raise PolicyError(outside)
         if not path.exists():
             raise PolicyError(_extends_not_found(ref_s, path, at))
-        # A FIFO or device is refused before load_yaml_file could open (and block on) it.
-        sandbox.check_file(named, roots, max_bytes=limits.max_bytes, what="extended policy")
+        # Read here, through the sandbox, not by name below: a directory or the file swapped
+        # for a symlink after the check would otherwise be followed out of the roots.
+        _, text = sandbox.read_text(
+            named, roots, max_bytes=limits.max_bytes, what="extended policy"
+        )
     elif at is not None and not path.exists():
         raise PolicyError(_extends_not_found(ref_s, path, at))
     elif named_file and path.exists() and not (path.is_file() or path.is_dir()):
@@ -347,7 +353,7 @@ def _documents(
                 Location(str(path), 1, 1),
             )
         )
-    doc, found = _checked_document(path, limits)
+    doc, found = _checked_document(path, limits, text=text)
     if not isinstance(doc.data, dict):
         raise PolicyError(
             Diagnostic(

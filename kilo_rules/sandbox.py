@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import safefs
 from .errors import Diagnostic, Location, PolicyError, did_you_mean
 
 #: What a refused file's hint says (every refusal can be lifted the same way).
@@ -196,36 +197,51 @@ def check_file(
     return real
 
 
-_OPEN_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_NONBLOCK", 0)  # a FIFO put in place after the stat opens, not blocks
-    | getattr(os, "O_NOFOLLOW", 0)  # nor may a symlink appear after the path was resolved
-    | getattr(os, "O_CLOEXEC", 0)
-)
+def _containing(real: Path, roots: Sequence[Path]) -> Path:
+    """The real root that holds ``real`` (``confine`` has proved there is one)."""
+    real_roots = [Path(os.path.realpath(_lexical(r))) for r in roots]
+    return next(r for r in sorted(real_roots, key=lambda r: -len(r.parts)) if _inside(real, [r]))
 
 
 def read_bytes(
     ref: FileRef, roots: Sequence[Path], *, max_bytes: int, what: str = "prompt file"
 ) -> tuple[Path, bytes]:
-    """(real path, content) of ``ref``, checked as :func:`check_file` does and re-checked on
-    the open file; at most ``max_bytes + 1`` bytes are ever read."""
+    """(real path, content) of ``ref``, checked as :func:`check_file` does, then opened one
+    component at a time from the root that holds it, never following a symlink
+    (:func:`kilo_rules.safefs.open_beneath`), so that a directory or the file swapped for a
+    symlink after the check is refused rather than read; the open file is re-checked and
+    at most ``max_bytes + 1`` bytes are ever read."""
     real = check_file(ref, roots, max_bytes=max_bytes, what=what)
     try:
-        fd = os.open(real, _OPEN_FLAGS)
-    except OSError as exc:
-        raise PolicyError(_unreadable(ref, exc, what)) from None
-    with os.fdopen(fd, "rb") as fh:
-        problem = _shape(ref, os.fstat(fd), max_bytes, what)
-        if problem is not None:
-            raise PolicyError(problem)
-        try:
-            data = fh.read(max_bytes + 1)
-        except OSError as exc:
-            raise PolicyError(_unreadable(ref, exc, what)) from None
-    # The file may have grown since fstat: the cap holds on what was read.
-    if len(data) > max_bytes:
-        raise PolicyError(_too_large(ref, len(data), max_bytes, what))
+        _, data = safefs.read_beneath(_containing(real, roots), real, max_bytes=max_bytes)
+    except safefs.ReadRefused as exc:
+        raise PolicyError(_refused(ref, exc, roots, max_bytes, what)) from None
     return real, data
+
+
+def _refused(
+    ref: FileRef, exc: safefs.ReadRefused, roots: Sequence[Path], max_bytes: int, what: str
+) -> Diagnostic:
+    if exc.reason == "missing":
+        return _missing(ref, what)
+    if exc.reason == "too-large":
+        return _too_large(ref, max_bytes + 1, max_bytes, what)
+    if exc.reason == "not-regular":
+        return Diagnostic(
+            "policy.not-a-regular-file",
+            f"{what} {ref.value!r} is not a regular file; only regular files are read",
+            ref.at,
+            hint="name a regular file (FIFOs, devices and directories are never read)",
+        )
+    if exc.reason == "outside":
+        return confine(ref, roots)[1] or _unreadable(ref, exc, what)
+    return Diagnostic(
+        "policy.file-unreadable",
+        f"cannot read {what} {ref.value!r}: it changed while it was read"
+        if exc.reason == "changed"
+        else f"cannot read {what} {ref.value!r}: {exc}",
+        ref.at,
+    )
 
 
 def read_text(
