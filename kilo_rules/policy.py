@@ -412,6 +412,15 @@ class Instructions(_Section):
         description="How long a fetched URL (a failure: at most 30 s) is reused before it is "
         "fetched again; 0 fetches on every step.",
     )
+    glob_max_entries: int = Field(
+        20_000,
+        ge=1,
+        description="Directory entries one glob may look at; a glob cut short keeps what it "
+        "found and records a warning.",
+    )
+    glob_timeout_seconds: float = Field(
+        2.0, gt=0, description="Time one glob may walk the workspace (2 s)."
+    )
     on_demand: bool = Field(
         False,
         description="When a read tool opens a file under a directory with its own AGENTS.md, "

@@ -165,7 +165,9 @@ def _lower(st: StepState) -> list[dict[str, Any]]:
     if ins.on_demand and ins.project_files:
         from .ondemand import attach
 
-        st.lowered, found = attach(st.lowered, ins.project_files, set(files), r.step.workspace)
+        st.lowered, found = attach(
+            st.lowered, ins.project_files, {f.path for f in files}, r.step.workspace
+        )
     st.pieces = [r.json.plain(m) for m in st.lowered]
     st.size = json_list_bytes(st.pieces)
     return found
@@ -174,7 +176,8 @@ def _lower(st: StepState) -> list[dict[str, Any]]:
 def _record_injected(r: StepRun, decided: Sequence[dict[str, Any]]) -> None:
     for d in decided:
         rule = str(d.pop("rule"))
-        r.decide("inject", rule, _INJECT_SETTINGS.get(rule.split(".")[0]), {}, d)
+        severity = "warning" if "warning" in d else "info"
+        r.decide("inject", rule, _INJECT_SETTINGS.get(rule.split(".")[0]), {}, d, severity)
 
 
 def stage_history(st: StepState) -> None:

@@ -11,9 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .. import safefs
+from ..checks import MAX_FILE_BYTES
 from ..request import ModelMessage, Text, ToolCall, ToolResult
 from .context import Workspace
-from .system import read_instruction_file
 
 READ_TOOLS = frozenset({"read", "Read", "view", "read_file"})
 PATH_KEYS = ("filePath", "file_path", "path")
@@ -31,20 +32,20 @@ def _candidates(
     file: str, names: Sequence[str], stop: str, memo: dict[str, str | None]
 ) -> list[str]:
     """Instruction files between the file's directory and the workspace root, nearest
-    first; in each directory the first configured name that exists. ``memo`` remembers
-    directories already looked at during this request. Paths are strings, not ``Path``s:
-    this runs for every read call of the history on every step."""
-    # normpath, not realpath: no system call per read (symlinked trees are rare here).
-    current = os.path.dirname(os.path.normpath(os.path.abspath(file)))  # noqa: PTH100, PTH120
-    inside = stop if stop.endswith(os.sep) else stop + os.sep
-    if current != stop and not current.startswith(inside):
+    first; in each directory the first configured name that exists, as written (where it
+    leads is decided when it is read, beneath ``stop``). ``memo`` remembers directories
+    already looked at during this request. Paths are strings, not ``Path``s: this runs for
+    every read call of the history on every step."""
+    # normpath, not realpath: no system call per read. A symlinked directory on the way
+    # is caught when the file is read (safefs.read_beneath resolves and confines it).
+    current = os.path.dirname(safefs.lexical(file))  # noqa: PTH120
+    if not safefs.is_within(current, stop):
         return []  # outside the workspace: nothing to attach
     found = []
     while True:
         if current not in memo:
             here = (os.path.join(current, n) for n in names)  # noqa: PTH118
-            hit = next((p for p in here if os.path.isfile(p)), None)  # noqa: PTH113
-            memo[current] = os.path.realpath(hit) if hit is not None else None
+            memo[current] = next((p for p in here if os.path.isfile(p)), None)  # noqa: PTH113
         hit = memo[current]
         if hit is not None:
             found.append(hit)
@@ -73,7 +74,8 @@ def attach(
     in_system = {str(p) for p in loaded}
     claimed: dict[str | None, set[str]] = {}
     memo: dict[str, str | None] = {}
-    stop = os.path.normpath(os.path.abspath(ws.root or ws.cwd))  # noqa: PTH100
+    refused: set[str] = set()
+    stop = safefs.lexical(ws.root or ws.cwd)
     decisions: list[dict[str, Any]] = []
     out: list[ModelMessage] = []
     for m in messages:
@@ -89,14 +91,21 @@ def attach(
                 path = _read_path(call, ws)
                 seen = claimed.setdefault(owner, set())
                 extra: list[Text] = []
-                for f in _candidates(path, names, stop, memo) if path else []:
+                for written in _candidates(path, names, stop, memo) if path else []:
+                    f = os.path.realpath(written)
                     if f in in_system or f in seen:
                         continue
-                    seen.add(f)
                     try:
-                        body = read_instruction_file(Path(f))
-                    except (OSError, UnicodeDecodeError):
+                        f, data = safefs.read_beneath(stop, written, max_bytes=MAX_FILE_BYTES)
+                        body = data.decode("utf-8")
+                    except (OSError, UnicodeDecodeError) as exc:
+                        if written not in refused:
+                            refused.add(written)
+                            decisions.append(
+                                {"rule": "on_demand.skipped", "file": written, "warning": str(exc)}
+                            )
                         continue
+                    seen.add(f)
                     note = f"Instructions from: {f}\n{body}"
                     extra.append(
                         Text(f"<system-reminder>\n{note}\n</system-reminder>", synthetic=True)

@@ -12,13 +12,14 @@ project, the nearest file of the first name found walking up from the working di
 from __future__ import annotations
 
 import functools
-import glob
 import os
 import stat
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import safefs
 from ..checks import MAX_FILE_BYTES, instruction_path_problem
 from ..errors import NetworkError
 from ..net import NetClient, UrlCache, network_settings
@@ -49,10 +50,23 @@ def _expand(path: str, ws: Workspace) -> Path:
     return Path(path)
 
 
+@dataclass(frozen=True, slots=True)
+class InstructionFile:
+    """A local instruction file discovery found: its real path, and the directory it must
+    still lie under when it is read (the home, the directory it was found in, or the
+    workspace)."""
+
+    path: Path
+    root: Path
+
+
 def find_up(name: str, start: Path, stop: Path | None) -> Path | None:
-    """The nearest ``name`` in ``start`` or its ancestors, not above ``stop``."""
-    current = start.resolve()
-    limit = stop.resolve() if stop else None
+    """The nearest ``name`` in ``start`` or its ancestors, not above ``stop`` (nothing when
+    ``start`` is not under ``stop``)."""
+    current = Path(os.path.realpath(start))
+    limit = Path(os.path.realpath(stop)) if stop else None
+    if limit is not None and not current.is_relative_to(limit):
+        return None
     while True:
         candidate = current / name
         if candidate.is_file():
@@ -62,33 +76,37 @@ def find_up(name: str, start: Path, stop: Path | None) -> Path | None:
         current = current.parent
 
 
-def _vet(path: Path, root: Path) -> tuple[Path | None, str | None]:
-    """(the real path of ``path`` if it may be read as an instruction file, else the reason
-    it may not): under ``root`` once symlinks are resolved, regular, within the cap."""
-    real = path.resolve()
-    if not real.is_relative_to(root.resolve()):
-        return None, f"{path}: resolves to {real}, outside {root}; not read"
+def _vet(path: Path, root: Path) -> tuple[InstructionFile | None, str | None]:
+    """(``path`` as an instruction file if it may be read, else the reason it may not):
+    under ``root`` once symlinks are resolved, opened without following one
+    (:func:`kilo_rules.safefs.open_beneath`), regular, within the cap."""
     try:
-        st = real.stat()
-    except OSError as exc:
-        return None, f"{path}: {exc.strerror or exc}"
+        real, fd = safefs.open_beneath(root, path)
+    except safefs.ReadRefused as exc:
+        return None, str(exc)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
     if not stat.S_ISREG(st.st_mode):
         return None, f"{path}: not a regular file; not read"
     if st.st_size > MAX_FILE_BYTES:
         return None, f"{path}: {st.st_size:,} bytes, over the {MAX_FILE_BYTES:,}-byte cap; not read"
-    return real, None
+    return InstructionFile(Path(real), Path(os.path.realpath(root))), None
 
 
 def discover_instruction_files(
     settings: Instructions, ws: Workspace
-) -> tuple[list[Path], list[str]]:
+) -> tuple[list[InstructionFile], list[str]]:
     """(local instruction files in the order they are sent, why other candidates were left
     out). Kilo's discovery, confined: the first global file that exists, under the user's
     home; the nearest file of the first project name found walking up from the working
-    directory, inside the directory it was found in; glob matches inside the workspace.
+    directory, inside the directory it was found in; glob matches inside the workspace,
+    found without following a directory symlink and within ``glob_max_entries`` and
+    ``glob_timeout_seconds`` (a glob cut short says so, and keeps what it found).
     Names that are not relative (``/etc/x``, ``../x``) are never looked up: ``check``
     refuses them in a policy, and here they are skipped with a reason."""
-    found: list[Path] = []
+    found: list[InstructionFile] = []
     skipped: list[str] = []
     home = Path(ws.home) if ws.home else Path.home()
     for g in settings.global_files:
@@ -97,9 +115,9 @@ def discover_instruction_files(
             continue
         p = _expand(g, ws)
         if p.exists():
-            real, why = _vet(p, home)
-            if real is not None:
-                found.append(real)
+            hit, why = _vet(p, home)
+            if hit is not None:
+                found.append(hit)
                 break
             skipped.append(str(why))
     cwd = Path(ws.cwd)
@@ -108,11 +126,11 @@ def discover_instruction_files(
         if why := instruction_path_problem("project_files", name):
             skipped.append(f"project file {name!r} {why}")
             continue
-        hit = find_up(name, cwd, root)
-        if hit is not None:
-            real, why = _vet(hit, hit.parent)
-            if real is not None:
-                found.append(real)
+        at = find_up(name, cwd, root)
+        if at is not None:
+            hit, why = _vet(at, at.parent)
+            if hit is not None:
+                found.append(hit)
                 break
             skipped.append(str(why))
     workspace = root or cwd
@@ -120,34 +138,41 @@ def discover_instruction_files(
         if why := instruction_path_problem("globs", pattern):
             skipped.append(f"glob {pattern!r} {why}")
             continue
-        # glob.glob, not Path.glob: it takes "**" with recursive=True as Kilo's globs do.
-        matches = sorted(glob.glob(str(cwd / pattern), recursive=True))  # noqa: PTH207
-        for m in matches:
-            real, why = _vet(Path(m), workspace)
-            if real is not None:
-                found.append(real)
-            elif not Path(m).is_dir():
+        walked = safefs.glob_beneath(
+            cwd,
+            pattern,
+            max_entries=settings.glob_max_entries,
+            max_seconds=settings.glob_timeout_seconds,
+        )
+        for m in walked.matches:
+            if os.path.isdir(m):  # noqa: PTH112 - a glob also matches directories
+                continue
+            hit, why = _vet(Path(m), workspace)
+            if hit is not None:
+                found.append(hit)
+            else:
                 skipped.append(str(why))
+        if walked.cut is not None:
+            skipped.append(
+                f"glob {pattern!r} {walked.cut} (system.instructions.glob_max_entries, "
+                f"glob_timeout_seconds); the {len(walked.matches):,} matches found before are used"
+            )
     return list(dict.fromkeys(found)), skipped
 
 
 def instruction_files(settings: Instructions, ws: Workspace) -> list[Path]:
     """Local instruction files, in the order they are sent (see
     :func:`discover_instruction_files`; the candidates it leaves out are not read)."""
-    return discover_instruction_files(settings, ws)[0]
+    return [f.path for f in discover_instruction_files(settings, ws)[0]]
 
 
-def read_instruction_file(path: Path) -> str:
-    """The text of a discovered instruction file, re-checked as it is opened (a FIFO or a
+def read_instruction_file(file: InstructionFile) -> str:
+    """The text of a discovered instruction file, opened again beneath its root without
+    following a symlink (a file or directory swapped since discovery is refused, a FIFO or
     device put in its place is refused, not waited on) and read to at most the cap.
-    Raises :class:`OSError` (or :class:`UnicodeDecodeError`) with the reason."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    with os.fdopen(os.open(path, flags), "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise OSError(f"{path}: not a regular file; not read")
-        data = fh.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise OSError(f"{path}: over the {MAX_FILE_BYTES:,}-byte cap; not read")
+    Raises :class:`OSError` (:class:`kilo_rules.safefs.ReadRefused`) or
+    :class:`UnicodeDecodeError` with the reason."""
+    _, data = safefs.read_beneath(file.root, file.path, max_bytes=MAX_FILE_BYTES)
     return data.decode("utf-8")
 
 
@@ -166,7 +191,7 @@ def fetch_url(url: str, timeout: float, max_bytes: int) -> str:
 
 
 def instructions_text(
-    settings: Instructions, step: StepInput, files: Sequence[Path] | None = None
+    settings: Instructions, step: StepInput, files: Sequence[InstructionFile] | None = None
 ) -> tuple[str, list[str], list[dict[str, Any]]]:
     """(layer text, loaded paths, decisions) of the instruction layer; ``files`` are the
     local instruction files when the caller has already looked them up."""
@@ -174,13 +199,13 @@ def instructions_text(
     loaded: list[str] = []
     decisions: list[dict[str, Any]] = []
     if files is None:
-        files = instruction_files(settings, step.workspace)
-    for path in files:
+        files = discover_instruction_files(settings, step.workspace)[0]
+    for file in files:
         try:
-            parts.append(f"Instructions from: {path}\n{read_instruction_file(path)}")
-            loaded.append(str(path))
+            parts.append(f"Instructions from: {file.path}\n{read_instruction_file(file)}")
+            loaded.append(str(file.path))
         except (OSError, UnicodeDecodeError) as exc:
-            decisions.append({"rule": "instructions.file", "warning": f"{path}: {exc}"})
+            decisions.append({"rule": "instructions.file", "warning": f"{file.path}: {exc}"})
     fetch = step.fetch or fetch_url
     timeout, cap = settings.url_timeout_seconds, settings.url_max_bytes
     for url in settings.urls:
@@ -248,7 +273,7 @@ def layer_texts(
     env_fields: Sequence[str],
     instructions: Instructions,
     user_system: str | None,
-    files: Sequence[Path] | None = None,
+    files: Sequence[InstructionFile] | None = None,
 ) -> Iterator[tuple[LayerPlan, str, list[dict[str, Any]]]]:
     """(layer, text, decisions) for every layer whose condition holds."""
     for layer in layers:
@@ -294,10 +319,10 @@ def assemble(
     return head + ([separator.join(rest)] if rest else [])
 
 
-def step_instructions(r: StepRun) -> tuple[Instructions, list[Path]]:
+def step_instructions(r: StepRun) -> tuple[Instructions, list[InstructionFile]]:
     """The instruction settings and local instruction files of this step, looked up on
     the filesystem once (lowering and system assembly both need them)."""
-    hit: tuple[Instructions, list[Path]] | None = r.cached.get("instructions")
+    hit: tuple[Instructions, list[InstructionFile]] | None = r.cached.get("instructions")
     if hit is None:
         settings = r.plan.settings.system.instructions
         files, skipped = discover_instruction_files(settings, r.step.workspace)
