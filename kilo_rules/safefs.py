@@ -159,25 +159,33 @@ def read_beneath(
     ``max_bytes`` long, read through :func:`open_beneath`. Raises :class:`ReadRefused`."""
     shown = os.fspath(path)
     real, fd = open_beneath(root, path)
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ReadRefused("not-regular", shown, f"{shown}: not a regular file; not read")
-            if st.st_size > max_bytes:
-                raise ReadRefused(
-                    "too-large",
-                    shown,
-                    f"{shown}: {st.st_size:,} bytes, over the {max_bytes:,}-byte cap; not read",
-                )
+    return real, _read_open(fd, shown, max_bytes)
+
+
+def _read_open(fd: int, shown: str, max_bytes: int) -> bytes:
+    """The content of the open descriptor ``fd`` (closed here): a regular file of at most
+    ``max_bytes``, checked with ``fstat`` before a byte is read."""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ReadRefused("not-regular", shown, f"{shown}: not a regular file; not read")
+        if st.st_size > max_bytes:
+            raise ReadRefused(
+                "too-large",
+                shown,
+                f"{shown}: {st.st_size:,} bytes, over the {max_bytes:,}-byte cap; not read",
+            )
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(max_bytes + 1)
-        except ReadRefused:
-            raise
-        except OSError as exc:
-            raise ReadRefused("unreadable", shown, f"{shown}: {exc.strerror or exc}") from None
+    except ReadRefused:
+        raise
+    except OSError as exc:
+        raise ReadRefused("unreadable", shown, f"{shown}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if len(data) > max_bytes:  # it grew after the fstat: the cap holds on what was read
         raise ReadRefused("too-large", shown, f"{shown}: over the {max_bytes:,}-byte cap; not read")
-    return real, data
+    return data
 
 
 def read_regular(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
@@ -193,23 +201,7 @@ def read_regular(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
         raise ReadRefused("missing", shown, f"{shown}: does not exist") from None
     except OSError as exc:
         raise ReadRefused("unreadable", shown, f"{shown}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ReadRefused("not-regular", shown, f"{shown}: not a regular file")
-            if st.st_size > max_bytes:
-                raise ReadRefused(
-                    "too-large", shown, f"{shown}: {st.st_size:,} bytes; the cap is {max_bytes:,}"
-                )
-            data = fh.read(max_bytes + 1)
-        except ReadRefused:
-            raise
-        except OSError as exc:
-            raise ReadRefused("unreadable", shown, f"{shown}: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise ReadRefused("too-large", shown, f"{shown}: over the cap of {max_bytes:,} bytes")
-    return data
+    return _read_open(fd, shown, max_bytes)
 
 
 # -- globs ------------------------------------------------------------------------------
