@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import ipaddress
 import json
 import os
+import secrets
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -52,12 +55,33 @@ class ServeSettings(BaseSettings):
         (),
         description="Directories a request's workspace may name (os.pathsep-separated).",
     )
+    token_file: Path | None = Field(
+        None, description="File of bearer tokens callers may present, one a line."
+    )
+    tokens: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Bearer tokens callers may present (comma-separated).", repr=False
+    )
+    no_auth: bool = Field(False, description="Let anyone who reaches the socket call.")
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Host header values answered (comma-separated)."
+    )
+    open_probes: bool = Field(False, description="/healthz, /readyz, /metrics without a token.")
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Browser origins allowed to call (comma-separated)."
+    )
 
     @field_validator("workspace_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(p for p in value.split(os.pathsep) if p)
+        return value
+
+    @field_validator("tokens", "allowed_hosts", "cors_origins", mode="before")
+    @classmethod
+    def _split_commas(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(p.strip() for p in value.split(",") if p.strip())
         return value
 
 
@@ -117,6 +141,45 @@ def register(sub: Subcommands) -> None:
     net.add_argument(
         "--max-concurrent-builds", type=int, metavar="N", help="builds run at once (default: 8)"
     )
+    auth = p.add_argument_group(
+        "who may call (default: KILO_RULES_SERVE_*; without a token on a loopback address, "
+        "one is made and written to a file only you can read)"
+    )
+    auth.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="bearer tokens callers must present, one a line (# comments; also "
+        "KILO_RULES_SERVE_TOKENS, comma-separated)",
+    )
+    auth.add_argument(
+        "--no-auth",
+        action="store_true",
+        default=None,
+        help="let anyone who can reach the socket call (needed to listen on a non-loopback "
+        "address without a token)",
+    )
+    auth.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="a Host header value answered (repeatable; '*': any; default: the listen "
+        "address, localhost, 127.0.0.1 and [::1], with the port)",
+    )
+    auth.add_argument(
+        "--open-probes",
+        action="store_true",
+        default=None,
+        help="answer /healthz, /readyz and /metrics without a token, whatever the Host",
+    )
+    auth.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser origin allowed to call, e.g. https://app.example.com (repeatable; "
+        "default: none)",
+    )
     net.add_argument(
         "--log-level",
         choices=["critical", "error", "warning", "info", "debug"],
@@ -156,7 +219,38 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--workspace-root / KILO_RULES_SERVE_WORKSPACE_ROOTS: {raw!r} is not a directory"
             )
-    store = open_store(args)
+    host = _pick(args.host, settings.host)
+    sock = _bind(host, _pick(args.port, settings.port))
+    port = sock.getsockname()[1]
+    no_auth = bool(_pick(args.no_auth, settings.no_auth))
+    tokens = list(settings.tokens)
+    token_file = args.token_file or settings.token_file
+    if token_file:
+        tokens += read_tokens(Path(token_file))
+    generated: Path | None = None
+    if not tokens and not no_auth:
+        if not _is_loopback(host):
+            sock.close()
+            raise ValueError(
+                f"--host {host} is reachable from other machines and no token is configured: "
+                "give --token-file FILE (or KILO_RULES_SERVE_TOKENS), or pass --no-auth to let "
+                "anyone who can reach it call"
+            )
+        # As Jupyter does: a token of its own, in a file only this user can read.
+        generated = token_path(port)
+        tokens = [write_token(generated)]
+        print(
+            f"kilo-rules serve: no token configured; callers send the one in {generated} "
+            f"(Authorization: Bearer $(cat {generated}))",
+            file=sys.stderr,
+        )
+    hosts = [*args.allowed_host, *settings.allowed_hosts] or default_hosts(host, port)
+    try:
+        store = open_store(args)
+    except BaseException:
+        sock.close()
+        _remove(generated)
+        raise
     try:
         decision_log = args.decision_log or settings.decision_log
         build_timeout = _pick(args.build_timeout, settings.build_timeout)
@@ -167,11 +261,14 @@ def run(args: argparse.Namespace) -> int:
             build_timeout=build_timeout,
             max_concurrent_builds=_pick(args.max_concurrent_builds, settings.max_concurrent_builds),
             workspace_roots=tuple(Path(r).expanduser() for r in roots),
+            tokens=tokens,
+            no_auth=no_auth and not tokens,
+            allowed_hosts=hosts,
+            open_probes=bool(_pick(args.open_probes, settings.open_probes)),
+            cors_origins=[*args.cors_origin, *settings.cors_origins],
         )
         config = uvicorn.Config(
             app,
-            host=_pick(args.host, settings.host),
-            port=_pick(args.port, settings.port),
             log_level=args.log_level,
             # The sidecar answers its own errors as JSON; uvicorn's access log repeats the
             # decision log's facts without the revision.
@@ -190,9 +287,11 @@ def run(args: argparse.Namespace) -> int:
         gc.collect()
         gc.freeze()
         with _surviving_sigterm():
-            uvicorn.Server(config).run()
+            uvicorn.Server(config).run(sockets=[sock])
     finally:
         store.close()
+        sock.close()
+        _remove(generated)
     return EXIT_OK
 
 
@@ -206,6 +305,97 @@ def _surviving_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (so that the port is known before serving, port 0
+    included: the allowed hosts and the token file name it)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise ValueError(f"--host {host}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def default_hosts(host: str, port: int) -> list[str]:
+    """The Host values answered by default: the listen address (unless it is every
+    address) and this machine's loopback names, each with the port."""
+    names = ["localhost", "127.0.0.1", "[::1]"]
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        names.insert(0, host)
+    else:
+        if not address.is_unspecified:
+            names.insert(0, f"[{address}]" if address.version == 6 else str(address))
+    return [f"{name}:{port}" for name in dict.fromkeys(names)]
+
+
+def read_tokens(path: Path) -> list[str]:
+    """The tokens in ``path``: one a line, blank lines and ``#`` comments skipped. An
+    error names the file and the line, never the token."""
+    try:
+        text = path.expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--token-file {path}: cannot be read ({exc})") from None
+    from ..serve.access import check_token
+
+    tokens = []
+    for n, line in enumerate(text.splitlines(), 1):
+        token = line.strip()
+        if not token or token.startswith("#"):
+            continue
+        try:
+            tokens.append(check_token(token))
+        except ValueError as exc:
+            raise ValueError(f"--token-file {path}:{n}: {exc}") from None
+    if not tokens:
+        raise ValueError(f"--token-file {path}: holds no token")
+    return tokens
+
+
+def token_path(port: int) -> Path:
+    """Where a generated token is written: ``$XDG_RUNTIME_DIR/kilo-rules/`` (a directory
+    only this user may enter), else ``~/.cache/kilo-rules/``, named by the port."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime else Path.home() / ".cache"
+    return base / "kilo-rules" / f"serve-{port}.token"
+
+
+def write_token(path: Path) -> str:
+    """A new random token, written to ``path`` readable by this user only."""
+    token = secrets.token_urlsafe(32)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # a file left by an earlier run may have other modes
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
+    return token
+
+
+def _remove(path: Path | None) -> None:
+    if path is not None:
+        path.unlink(missing_ok=True)
 
 
 T = TypeVar("T")

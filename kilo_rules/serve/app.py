@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -20,6 +20,7 @@ import anyio
 import anyio.to_thread
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -36,8 +37,10 @@ from ..errors import (
     SessionError,
     StoreError,
 )
+from ..resolve import bundled_root
 from ..runtime.context import Agent, Skill, StepInput, Workspace
 from ..session import session_from_data
+from .access import Access, Guard
 from .body import (
     REQUEST,
     ApiError,
@@ -160,6 +163,8 @@ class _Sidecar:
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     workspace_roots: tuple[Path, ...] = ()
     decision_log: DecisionLog | None = None
+    #: Who may call (None: the document-only app of :func:`openapi_document`).
+    access: Access | None = None
     metrics: Metrics = field(default_factory=Metrics)
     cwd: str = field(default_factory=lambda: str(Path.cwd().resolve()))
     _limiter: anyio.CapacityLimiter | None = None
@@ -388,7 +393,7 @@ class _Sidecar:
                         (root / name).write_text(text, encoding="utf-8")
                         names.append(str(root / name))
                 report = check_paths(names, models=models)
-                diags = [_within(d, root) for d in report.diagnostics]
+                diags = [_sent_only(_within(d, root)) for d in report.diagnostics]
             errors = sum(d.severity == "error" for d in diags)
             payload = {
                 "ok": errors == 0,
@@ -535,6 +540,41 @@ def _within(diagnostic: Diagnostic, root: Path) -> Diagnostic:
     )
 
 
+#: The files a check request sends (its texts, as written to the temporary directory).
+_SENT = frozenset({"policy.yaml", "routes.yaml"})
+#: Where a diagnostic about a file the request did not send is said to be.
+NOT_SENT = "<not sent>"
+
+
+def _sent_only(diagnostic: Diagnostic) -> Diagnostic:
+    """``diagnostic`` if it is about a text the caller sent (or a bundled policy, which
+    ships with kilo-rules); else its code alone, at :data:`NOT_SENT`. A policy may extend
+    or read files under the operator's read roots, and a diagnostic about such a file
+    quotes it (a key, a value, a line, the allowed keys next to it, its path): a caller
+    learns that the file has a problem, never what the file holds."""
+    file = diagnostic.location.file
+    if file in _SENT or _is_bundled(file):
+        return diagnostic
+    message = (
+        "a file the request did not send (one the policy extends or reads on the "
+        "sidecar's host) has a problem; its text is not shown to callers"
+    )
+    return Diagnostic(
+        diagnostic.code,
+        message,
+        Location(NOT_SENT, 1, 1),
+        hint="run kilo-rules check on the sidecar's host to see it",
+        severity=diagnostic.severity,
+    )
+
+
+def _is_bundled(file: str) -> bool:
+    try:
+        return Path(file).resolve().is_relative_to(bundled_root().resolve())
+    except (OSError, ValueError):
+        return False
+
+
 # -- the app ----------------------------------------------------------------------------------
 
 
@@ -546,6 +586,11 @@ def create_app(
     build_timeout: float = DEFAULT_BUILD_TIMEOUT,
     max_concurrent_builds: int = DEFAULT_MAX_CONCURRENT_BUILDS,
     workspace_roots: tuple[Path, ...] = (),
+    tokens: Iterable[str] = (),
+    no_auth: bool = False,
+    allowed_hosts: Sequence[str] | None = None,
+    open_probes: bool = False,
+    cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The sidecar over ``store``.
 
@@ -556,10 +601,30 @@ def create_app(
     name, where instruction files are discovered (none: a request naming a workspace is
     refused, and steps run in the sidecar's working directory).
 
+    ``tokens``: the bearer tokens callers must present (kept as sha256 digests only); with
+    none, ``no_auth=True`` must say that anyone who reaches the socket may call.
+    ``allowed_hosts``: the ``Host`` values answered (default: localhost, 127.0.0.1 and
+    [::1], any port; ``"*"``: any). ``open_probes``: /healthz, /readyz and /metrics answer
+    without a token. ``cors_origins``: browser origins allowed to call (default: none).
+
     The app counts swaps and rejected revisions through ``store.add_listener``; starting
     and closing the store is left to the caller."""
     if max_body_bytes < 1 or build_timeout <= 0 or max_concurrent_builds < 1:
         raise ValueError("max_body_bytes, build_timeout and max_concurrent_builds must be > 0")
+    tokens = tuple(tokens)
+    if tokens and no_auth:
+        raise ValueError("tokens and no_auth=True contradict each other")
+    if not tokens and not no_auth:
+        raise ValueError(
+            "no token given: pass tokens=, or no_auth=True to let anyone who reaches the "
+            "socket call the sidecar"
+        )
+    options: dict[str, Any] = {
+        "allowed_hosts": allowed_hosts,
+        "open_probes": open_probes,
+        "cors_origins": cors_origins,
+    }
+    access = Access.without_auth(**options) if no_auth else Access.with_tokens(tokens, **options)
     state = _Sidecar(
         store,
         max_body_bytes=max_body_bytes,
@@ -567,6 +632,7 @@ def create_app(
         max_concurrent_builds=max_concurrent_builds,
         workspace_roots=tuple(Path(r).resolve() for r in workspace_roots),
         decision_log=DecisionLog(decision_log) if decision_log is not None else None,
+        access=access,
     )
     store.add_listener(state.on_reload)
     return _app(state)
@@ -587,6 +653,18 @@ def _app(state: _Sidecar) -> FastAPI:
         timeout=state.body_timeout,
         on_refused=state.refused,
     )
+    if state.access is not None:
+        # Added last, so it runs first: nothing is read before the caller is known.
+        app.add_middleware(Guard, access=state.access)
+        if state.access.cors_origins:
+            app.add_middleware(
+                CORSMiddleware,
+                allow_origins=list(state.access.cors_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["authorization", "content-type"],
+                expose_headers=["server-timing"],
+                max_age=600,
+            )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

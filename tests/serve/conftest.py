@@ -24,6 +24,9 @@ RECORDED = TRAJECTORIES / "claude-code-sonnet45-subagent-a2898e3.jsonl"
 MODEL = "anthropic/claude-sonnet-4-5"
 
 ROUTES = "version: 1\nroutes: []\ndefault: ./main.yaml\n"
+#: The bearer token of the sidecars the fixtures start (unless a test gives its own).
+TOKEN = "test-token-0123456789abcdef"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
 def policy_text(marker: str, tail_turns: int = 2) -> str:
@@ -84,10 +87,14 @@ class Live:
     server: Any
 
     def client(self, **kwargs: Any) -> Any:
-        """An httpx client of this server."""
+        """An httpx client of this server, sending :data:`TOKEN` (``auth=False``: none)."""
         import httpx
 
-        return httpx.Client(base_url=self.url, timeout=kwargs.pop("timeout", 60.0), **kwargs)
+        headers = dict(AUTH) if kwargs.pop("auth", True) else {}
+        headers.update(kwargs.pop("headers", {}))
+        return httpx.Client(
+            base_url=self.url, timeout=kwargs.pop("timeout", 60.0), headers=headers, **kwargs
+        )
 
 
 @contextlib.contextmanager
@@ -121,13 +128,16 @@ def serving(app: Any) -> Iterator[tuple[str, Any]]:
 
 @pytest.fixture
 def live_factory(tmp_path: Path) -> Iterator[Any]:
-    """Start sidecars over stores: ``live_factory(store, **create_app_options)``. Each is
-    shut down, and its store closed, at teardown."""
+    """Start sidecars over stores: ``live_factory(store, **create_app_options)`` (with
+    ``tokens=[TOKEN]`` unless the options say otherwise). Each is shut down, and its store
+    closed, at teardown."""
     from kilo_rules.serve import create_app
 
     stack = contextlib.ExitStack()
 
     def start(store: Any, **options: Any) -> Live:
+        if not options.get("no_auth"):
+            options.setdefault("tokens", [TOKEN])
         app = create_app(store, **options)
         stack.callback(store.close)
         url, server = stack.enter_context(serving(app))

@@ -233,7 +233,9 @@ def test_a_body_over_the_cap_is_413_before_parsing(policy_dir: Path, live_factor
             for i in range(0, len(big), 500):
                 yield big[i : i + 500]
 
-        streamed = http.post("/v1/build", content=chunks())
+        streamed = http.post(
+            "/v1/build", content=chunks(), headers={"content-type": "application/json"}
+        )
         small = http.post("/v1/build", json={"session": small_session(), "model": MODEL})
     for r in (declared, streamed):
         assert r.status_code == 413

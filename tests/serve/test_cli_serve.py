@@ -80,7 +80,13 @@ def test_serve_answers_then_shuts_down_cleanly_on_sigterm(policy_dir: Path, tmp_
     port = free_port()
     work = tmp_path / "work"
     log = tmp_path / "decisions.jsonl"
-    env = {**os.environ, "TMPDIR": str(tmp_path), "KILO_RULES_STORE_WORK_DIR": str(work)}
+    runtime = tmp_path / "run"
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp_path),
+        "KILO_RULES_STORE_WORK_DIR": str(work),
+        "XDG_RUNTIME_DIR": str(runtime),
+    }
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -102,17 +108,26 @@ def test_serve_answers_then_shuts_down_cleanly_on_sigterm(policy_dir: Path, tmp_
     )
     try:
         url = f"http://127.0.0.1:{port}"
+        # No token was configured on a loopback address: the sidecar makes one, in a file
+        # only this user can read, and refuses a caller without it.
+        token_file = runtime / "kilo-rules" / f"serve-{port}.token"
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                auth = {"authorization": f"Bearer {token_file.read_text().strip()}"}
+                if httpx.get(f"{url}/readyz", timeout=1, headers=auth).status_code == 200:
                     break
+            except FileNotFoundError:
+                pass
             except httpx.TransportError:
                 pass
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the sidecar did not get ready"
             time.sleep(0.1)
-        r = httpx.post(f"{url}/v1/build", json={"session": small_session(), "model": MODEL})
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        body = {"session": small_session(), "model": MODEL}
+        assert httpx.post(f"{url}/v1/build", json=body).status_code == 401
+        r = httpx.post(f"{url}/v1/build", json=body, headers=auth)
         assert r.status_code == 200
         assert list(work.iterdir()), "the store keeps its revisions under its work dir"
     finally:
@@ -120,6 +135,7 @@ def test_serve_answers_then_shuts_down_cleanly_on_sigterm(policy_dir: Path, tmp_
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+    assert not token_file.exists(), "the generated token goes with the process"
     assert [json.loads(line)["status"] for line in log.read_text().splitlines()] == [200]
     # The store was closed: its revision directories are gone.
     assert not any(p.name.startswith("kilo-rules-store-") for p in work.iterdir())
@@ -161,3 +177,34 @@ def test_a_signed_bundle_is_served_only_with_its_key(policy_dir: Path, tmp_path:
         assert "signature" in (store.stats().last_error or "")
     with pytest.raises(ValueError, match="--watch goes with a policy directory"):
         open_store(build_parser().parse_args([*argv, "--watch"]))
+
+
+def test_a_non_loopback_address_without_a_token_refuses_to_start(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILO_RULES_SERVE_")}
+    argv = [sys.executable, "-m", "kilo_rules", "serve", "--dir", str(tmp_path)]
+    done = subprocess.run(
+        [*argv, "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "no token is configured" in done.stderr and "--no-auth" in done.stderr
+
+
+def test_token_files_and_default_hosts(tmp_path: Path) -> None:
+    from kilo_rules.cli.serve import default_hosts, read_tokens
+
+    good = tmp_path / "tokens"
+    good.write_text("# the agents\nabcdefghijklmnop0123\n\nsecond-token-XYZ-0123456\n")
+    assert read_tokens(good) == ["abcdefghijklmnop0123", "second-token-XYZ-0123456"]
+    weak = tmp_path / "weak"
+    weak.write_text("short-secret\n")
+    with pytest.raises(ValueError, match=r"weak:1: a token must be at least 16") as info:
+        read_tokens(weak)
+    assert "short-secret" not in str(info.value)
+    assert default_hosts("0.0.0.0", 8080) == ["localhost:8080", "127.0.0.1:8080", "[::1]:8080"]
+    assert default_hosts("10.1.2.3", 80)[0] == "10.1.2.3:80"
+    assert default_hosts("::1", 80)[:2] == ["[::1]:80", "localhost:80"]

@@ -20,6 +20,8 @@ from kilo_rules.store import PolicyStore
 
 from .conftest import MODEL, Live, policy_text, small_session, write_policy
 
+JSON = {"content-type": "application/json"}
+
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of a Prometheus exposition: (name, sorted labels) → value."""
@@ -97,7 +99,7 @@ def test_metrics_count_builds_by_status_and_provider(live: Live) -> None:
             assert http.post("/v1/build", json=good).status_code == 200
         assert http.post("/v1/build", json={**good, "step": {"provider": "openai"}}).is_success
         assert http.post("/v1/build", json={**good, "model": "x/y"}).status_code == 404
-        assert http.post("/v1/build", content=b"{").status_code == 422
+        assert http.post("/v1/build", content=b"{", headers=JSON).status_code == 422
         text = http.get("/metrics")
     assert text.headers["content-type"].startswith("text/plain")
     got = samples(text.text)

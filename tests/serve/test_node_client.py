@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,15 @@ def run_client(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [NODE, str(CLIENT), *args], capture_output=True, text=True, timeout=60, check=False
     )
+
+
+@pytest.fixture
+def live(policy_dir: Path, live_factory: Any) -> Live:
+    """A sidecar without authentication: the example client sends no token."""
+    from kilo_rules.store import PolicyStore
+
+    result: Live = live_factory(PolicyStore.from_directory(policy_dir), no_auth=True)
+    return result
 
 
 def test_the_node_client_prints_provider_revision_and_messages(live: Live, tmp_path: Path) -> None:
