@@ -11,12 +11,12 @@ the bundled catalog. All diagnostics are collected, none stops the others.
 from __future__ import annotations
 
 import copy
-import glob as globlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import safefs
 from .catalog import ModelInfo
 from .errors import Diagnostic, KiloRulesError, Location
 from .load import Document, JsonPath, load_yaml_file, lookup
@@ -53,8 +53,11 @@ def expand_paths(paths: Iterable[str]) -> tuple[list[Path], list[str]]:
     problems: list[str] = []
     for raw in paths:
         if any(ch in raw for ch in "*?["):
-            matches = sorted(globlib.glob(raw, recursive=True))  # noqa: PTH207 - user globs may be absolute
-            if not matches:
+            walked = safefs.glob_spec(raw)
+            matches = walked.matches
+            if walked.cut is not None:
+                problems.append(f"{raw}: the pattern's walk {walked.cut}; narrow it")
+            elif not matches:
                 problems.append(f"{raw}: no file matches this pattern")
             files.extend(Path(m) for m in matches if Path(m).is_file())
             continue

@@ -15,7 +15,6 @@ path, so that it can run in another process. rich (the ``report`` extra) and Das
 from __future__ import annotations
 
 import contextlib
-import glob
 import logging
 import math
 import multiprocessing
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TextIO, TypeVar
 
+from . import safefs
 from .errors import Diagnostic, KiloRulesError, Location, SessionError
 
 __all__ = [
@@ -131,9 +131,13 @@ def _walk(directory: Path) -> Iterator[Path]:
 
 
 def _glob(spec: str) -> Iterator[Path]:
-    """The glob's matches: files as matched, directories walked."""
-    # Path.glob takes relative patterns only; a spec may be absolute.
-    for match in glob.iglob(spec, recursive=True):  # noqa: PTH207
+    """The glob's matches: files as matched, directories walked. No directory symlink is
+    followed (``ln -s . a`` would make ``**`` endless); a walk cut short by its bounds is
+    an error, not a silently smaller corpus."""
+    walked = safefs.glob_spec(spec)
+    if walked.cut is not None:
+        raise OSError(f"the pattern's walk {walked.cut}; narrow the pattern")
+    for match in walked.matches:
         path = Path(match)
         if path.is_dir():
             yield from _walk(path)

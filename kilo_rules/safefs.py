@@ -356,6 +356,37 @@ def glob_beneath(
     return result
 
 
+#: The bounds of a glob typed by a person on the command line (a corpus, a policy tree).
+SPEC_MAX_ENTRIES = 500_000
+SPEC_MAX_SECONDS = 30.0
+
+
+def glob_spec(
+    spec: str,
+    *,
+    max_entries: int = SPEC_MAX_ENTRIES,
+    max_seconds: float = SPEC_MAX_SECONDS,
+) -> GlobResult:
+    """``glob.glob(spec, recursive=True)`` for a glob given on the command line (absolute
+    or relative to the working directory), walked as :func:`glob_beneath` walks: the
+    segments before the first wildcard name the directory to start from, and from there no
+    directory symlink is followed, so ``ln -s . a`` cannot make the walk endless."""
+    parts = spec.split("/")
+    first = next((i for i, p in enumerate(parts) if _magic(p)), None)
+    if first is None:
+        return GlobResult([spec] if os.path.lexists(spec) else [])
+    prefix = "/".join(parts[:first]) or ("/" if spec.startswith("/") else "")
+    found = glob_beneath(
+        prefix or ".",
+        "/".join(parts[first:]),
+        max_entries=max_entries,
+        max_seconds=max_seconds,
+    )
+    if not prefix:  # relative to the working directory: named as glob names them
+        found.matches = [m.removeprefix("./") for m in found.matches]
+    return found
+
+
 # -- writes -----------------------------------------------------------------------------
 
 

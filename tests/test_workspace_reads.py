@@ -418,3 +418,51 @@ def test_the_race_tests_catch_a_reader_that_checks_then_opens(
     with flipping("dir", ws / "docs", outside):
         leaked = sum(_rounds(naive)[1] for _ in range(5))
     assert leaked > 0
+
+
+def _loop_tree(tmp_path: Path) -> Path:
+    top = tmp_path / "tree"
+    (top / "sub").mkdir(parents=True)
+    (top / "a").symlink_to(".", target_is_directory=True)
+    (top / "b").symlink_to(".", target_is_directory=True)
+    (top / "sub" / "up").symlink_to("..", target_is_directory=True)
+    return top
+
+
+def _promptly(fn: Callable[[], object], seconds: float = 30.0) -> object:
+    box: list[object] = []
+    worker = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert box, "did not finish"
+    return box[0]
+
+
+def test_check_globs_over_symlink_loops_finish(tmp_path: Path) -> None:
+    from kilo_rules.check import expand_paths
+
+    top = _loop_tree(tmp_path)
+    (top / "sub" / "team.yaml").write_text("version: 1\nname: team\n", encoding="utf-8")
+    files, problems = _promptly(lambda: expand_paths([f"{top}/**/*.yaml"]))  # type: ignore[misc]
+    assert files == [top / "sub" / "team.yaml"] and problems == []
+
+
+def test_session_globs_over_symlink_loops_finish(tmp_path: Path) -> None:
+    from kilo_rules.fleet import expand_sessions
+
+    top = _loop_tree(tmp_path)
+    (top / "sub" / "s.jsonl").write_text("{}\n", encoding="utf-8")
+    found = _promptly(lambda: expand_sessions([f"{top}/**/*.jsonl"]))
+    assert found == [top / "sub" / "s.jsonl"]
+
+
+def test_glob_spec_names_matches_as_glob_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import glob
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.yaml").write_text("x", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for spec in ("d/*.yaml", "**/*.yaml", f"{tmp_path}/d/*.yaml", "*/x.yaml"):
+        assert safefs.glob_spec(spec).matches == sorted(glob.glob(spec, recursive=True))  # noqa: PTH207
