@@ -219,3 +219,8 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
 
     found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return found[0] if found else None
+
+
+class CancellationError(KiloRulesError):
+    """The work was stopped before it finished: its deadline passed or its caller cancelled
+    it (``kilo_rules.cancel``). Not a problem of any input."""

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .cancel import checkpoint
 from .errors import Diagnostic, Location, SessionError
 from .source import JsonPath, JsonText, json_problem, nearest
 
@@ -266,6 +267,7 @@ def session_from_data(data: Any, file: str = "<session>", text: str | None = Non
     if problem is not None:
         path, kind = problem
         raise SessionError(problem_diagnostic("session", kind, path, locate(path), MAX_DEPTH))
+    checkpoint()  # a caller that gave up on a large document stops before and after
     try:
         session = Session.model_validate(data)
     except ValidationError as exc:
@@ -284,6 +286,7 @@ def session_from_data(data: Any, file: str = "<session>", text: str | None = Non
                 )
             )
         raise SessionError(diags) from None
+    checkpoint()
     duplicate = first_duplicate_id(session)
     if duplicate is not None:
         path, message = duplicate
@@ -310,6 +313,7 @@ def first_duplicate_id(session: Session) -> tuple[JsonPath, str] | None:
     parts: dict[str, JsonPath] = {}
     calls: dict[str, JsonPath] = {}
     for i, msg in enumerate(session.messages):
+        checkpoint()
         if msg.id in messages:
             return ("messages", i, "id"), (
                 f"message id {msg.id!r} is already used by messages[{messages[msg.id]}]"

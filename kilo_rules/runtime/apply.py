@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from ..cancel import checkpoint
 from ..plan import CapDecision
 from ..request import ModelMessage, ModelRequest, Text, ToolSpec
 from ..session import Message, Session
@@ -409,6 +410,7 @@ def run(
     now = max((m.created for m in session.messages), default=0) or int(time.time() * 1000)
     st = StepState(StepRun(plan, session, step), now, list(session.messages))
     for name in plan.stages:
+        checkpoint()  # a build its caller gave up on stops here (kilo_rules.cancel)
         STAGES[name](st)
         if name == until:
             break

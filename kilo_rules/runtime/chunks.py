@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..cancel import checkpoint
 from ..plan import ChunkModel
 from ..request import Media, ModelMessage, Part, Reasoning, Text, ToolCall, ToolResult
 from ..summarize import Summarizer, SummarizerError, SummaryRequest
@@ -139,6 +140,7 @@ def split(
     current: list[ModelMessage] = []
     size = 0
     for unit in _units(messages):
+        checkpoint()
         tokens = count(messages_json(unit))
         if tokens > budget:
             if current:

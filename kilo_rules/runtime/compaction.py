@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..cancel import checkpoint
 from ..regex import compile_regex
 from ..session import CompactionPart, FilePart, Message, Session, TextPart
 from ..summarize import Summarizer, SummaryRequest
@@ -116,6 +117,7 @@ def split_turn(
         return None
     sizes = sizes or Sizes(messages, settings, count)
     for start in range(turn.start + 1, turn.end):
+        checkpoint()
         if sizes.of(start, turn.end) <= budget:
             return start
     return None
@@ -135,6 +137,7 @@ def select(messages: Sequence[Message], plan: Plan, count: Count) -> Selection:
     keep: int | None = None
     total = 0
     for turn in reversed(all_turns[-limit:]):
+        checkpoint()
         size = sizes.of(turn.start, turn.end)
         if total + size <= budget:
             total += size

@@ -21,6 +21,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..cancel import checkpoint
 from ..catalog import signature_issuer
 from ..policy import Lowering, Prune, Summary, default
 from ..request import (
@@ -316,6 +317,7 @@ def lower(
                 break
     out: list[ModelMessage] = []
     for i, msg in enumerate(messages):
+        checkpoint()
         strip = i < cutoff
         if cache is None:
             out.extend(_one(msg, settings, strip))

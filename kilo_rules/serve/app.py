@@ -27,8 +27,10 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..cancel import CancelToken
 from ..catalog import ModelInfo, bundled_catalog, model_from_data
 from ..errors import (
+    CancellationError,
     CatalogError,
     Diagnostic,
     EvalError,
@@ -66,6 +68,7 @@ from .models import (
     StepIn,
     WorkspaceIn,
 )
+from .slots import Slots
 
 if TYPE_CHECKING:
     from ..runtime.apply import TurnResult
@@ -141,6 +144,7 @@ class _Outcome:
     provider: str | None = None
     rules: tuple[str, ...] = ()
     error: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def failed(cls, exc: ApiError, model: str | None = None) -> _Outcome:
@@ -167,7 +171,7 @@ class _Sidecar:
     access: Access | None = None
     metrics: Metrics = field(default_factory=Metrics)
     cwd: str = field(default_factory=lambda: str(Path.cwd().resolve()))
-    _limiter: anyio.CapacityLimiter | None = None
+    _slots: Slots | None = None
 
     # -- the store ----------------------------------------------------------------------
 
@@ -192,24 +196,34 @@ class _Sidecar:
         elif result.diagnostics and any(d.severity == "error" for d in result.diagnostics):
             self.metrics.rejected.inc()
 
-    def limiter(self) -> anyio.CapacityLimiter:
-        # Made on first use, inside the event loop that will use it.
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.max_concurrent_builds)
-        return self._limiter
+    def slots(self) -> Slots:
+        """The build slots (made on first use)."""
+        if self._slots is None:
+            self._slots = Slots(self.max_concurrent_builds, self.metrics.running.set)
+        return self._slots
 
     async def off_loop(self, fn: Callable[[], _Outcome], what: str) -> _Outcome:
-        """``fn()`` on a worker thread, within the time bound (504 past it)."""
+        """``fn()`` on a worker thread, within the time bound: 503 when no build slot comes
+        free in time, 504 past the bound, when the work is also told to stop (it ends at
+        its next checkpoint and only then gives its slot back)."""
+        token = CancelToken.after(self.build_timeout)
         try:
-            with anyio.fail_after(self.build_timeout):
-                return await anyio.to_thread.run_sync(
-                    fn, abandon_on_cancel=True, limiter=self.limiter()
-                )
+            outcome = await self.slots().run(fn, token, self.build_timeout)
         except TimeoutError:
             exc = ApiError(
                 504, f"{what}.timeout", f"the {what} took longer than {self.build_timeout:g} s"
             )
             return _Outcome.failed(exc)
+        if outcome is None:
+            exc = ApiError(
+                503,
+                "server.busy",
+                f"every build slot ({self.max_concurrent_builds}) is taken; retry shortly",
+            )
+            busy = _Outcome.failed(exc)
+            busy.headers = {"retry-after": "1"}
+            return busy
+        return outcome
 
     # -- build ----------------------------------------------------------------------------
 
@@ -230,6 +244,8 @@ class _Sidecar:
             store = self._ready_store()
             try:
                 result = store.apply(session, model, step)
+            except CancellationError:
+                raise
             except CatalogError as exc:
                 raise _catalog_error(exc, body) from None
             except KiloRulesError as exc:
@@ -237,6 +253,8 @@ class _Sidecar:
             return self._built(result, model_ref)
         except ApiError as exc:
             return _Outcome.failed(exc, model_ref)
+        except CancellationError:
+            return _cancelled("build")
         except Exception:
             log.exception("build failed")
             return _Outcome.failed(ApiError(500, "internal", "internal error"), model_ref)
@@ -404,6 +422,8 @@ class _Sidecar:
             return _Outcome(200, dumps(payload))
         except ApiError as exc:
             return _Outcome.failed(exc)
+        except CancellationError:
+            return _cancelled("check")
         except Exception:
             log.exception("check failed")
             return _Outcome.failed(ApiError(500, "internal", "internal error"))
@@ -417,6 +437,8 @@ class _Sidecar:
             try:
                 with store.snapshot() as snap:
                     plan, revision = snap.plan_for(model), snap.revision
+            except CancellationError:
+                raise
             except CatalogError as exc:
                 raise _catalog_error(exc) from None
             except KiloRulesError as exc:
@@ -425,6 +447,8 @@ class _Sidecar:
             return _Outcome(200, dumps(payload), revision=revision, model=model)
         except ApiError as exc:
             return _Outcome.failed(exc, model)
+        except CancellationError:
+            return _cancelled("plan")
         except Exception:
             log.exception("plan failed")
             return _Outcome.failed(ApiError(500, "internal", "internal error"), model)
@@ -471,6 +495,12 @@ class _Sidecar:
                     self.decision_log.write(record)
                 except OSError as exc:
                     log.warning("decision log %s: %s", self.decision_log.path, exc)
+
+
+def _cancelled(what: str) -> _Outcome:
+    """What a build stopped at a checkpoint answers (nobody reads it: the caller was
+    answered 504 when the time bound passed)."""
+    return _Outcome.failed(ApiError(504, f"{what}.timeout", f"the {what} was stopped"))
 
 
 def _engine_error(exc: KiloRulesError, what: str) -> ApiError:
@@ -712,7 +742,7 @@ def _app(state: _Sidecar) -> FastAPI:
         seconds = time.perf_counter() - started
         await state.record(outcome, seconds)
         # What the build cost here, apart from the network (Server-Timing, in ms).
-        timing = {"server-timing": f"build;dur={seconds * 1000:.1f}"}
+        timing = {**outcome.headers, "server-timing": f"build;dur={seconds * 1000:.1f}"}
         return Response(outcome.body, status_code=outcome.status, media_type=_JSON, headers=timing)
 
     @app.post(
@@ -729,7 +759,9 @@ def _app(state: _Sidecar) -> FastAPI:
     async def check(request: Request) -> Response:
         raw = await request.body()
         outcome = await state.off_loop(lambda: state.check(raw), "check")
-        return Response(outcome.body, status_code=outcome.status, media_type=_JSON)
+        return Response(
+            outcome.body, status_code=outcome.status, media_type=_JSON, headers=outcome.headers
+        )
 
     @app.get(
         "/v1/plan",
@@ -744,7 +776,9 @@ def _app(state: _Sidecar) -> FastAPI:
         model: Annotated[str, Query(min_length=1, max_length=256, description="Catalog id.")],
     ) -> Response:
         outcome = await state.off_loop(lambda: state.plan(model), "plan")
-        return Response(outcome.body, status_code=outcome.status, media_type=_JSON)
+        return Response(
+            outcome.body, status_code=outcome.status, media_type=_JSON, headers=outcome.headers
+        )
 
     @app.get(
         "/healthz",

@@ -11,6 +11,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     Info,
     generate_latest,
@@ -62,6 +63,12 @@ class Metrics:
         self.rejected = Counter(
             "kilo_rules_revisions_rejected",
             "Policy revisions refused (invalid); the revision served stayed.",
+            registry=self.registry,
+        )
+        self.running = Gauge(
+            "kilo_rules_builds_running",
+            "Builds, checks and plans running on a worker thread, those already answered 504 "
+            "included until they stop.",
             registry=self.registry,
         )
         self.revision = Info(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..cancel import checkpoint
 from ..summarize import SummaryRequest
 from . import _sections
 from ._shared import DEFAULT_HEADINGS, Heading, clip, parse_headings, section_key
@@ -55,7 +56,9 @@ class ExtractiveSummarizer:
     def summarize(self, request: SummaryRequest) -> str:
         """The sections of ``request.template`` (or the built-in ones) filled from the head."""
         headings = parse_headings(request.template) or DEFAULT_HEADINGS
+        checkpoint()  # the head may be long: a summary nobody waits for stops here
         new = _sections.build(request.messages, self.max_bullet_chars)
+        checkpoint()
         previous = (
             _parse_previous(request.previous_summary, headings) if request.previous_summary else {}
         )
@@ -162,6 +165,7 @@ def _bound(headings: tuple[Heading, ...], body: dict[str, list[str]], budget: in
     total = size()
     keys = {h.line: section_key(h.title) for h in headings}
     while total > budget:
+        checkpoint()  # one bullet dropped per round, the body rendered again each time
         line = max(
             (ln for ln, bs in body.items() if bs),
             key=lambda ln: sum(len(b) + 3 for b in body[ln]),
