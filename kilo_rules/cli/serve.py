@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..store import PolicyStore
 
 #: What the sidecar needs beyond the core package, by the top-level module imported.
-SERVE_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "prometheus_client", "anyio"})
+SERVE_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "h11", "prometheus_client", "anyio"})
 INSTALL_HINT = "pip install 'kilo-rules[serve]'"
 
 
@@ -51,6 +51,16 @@ class ServeSettings(BaseSettings):
         30.0, gt=0, allow_inf_nan=False, description="Seconds a build may take."
     )
     max_concurrent_builds: int = Field(8, ge=1, description="Builds run at once.")
+    head_timeout: float = Field(
+        10.0, gt=0, allow_inf_nan=False, description="Seconds a request head may take."
+    )
+    body_timeout: float = Field(
+        30.0, gt=0, allow_inf_nan=False, description="Seconds a request body may take."
+    )
+    keep_alive_timeout: int = Field(5, ge=1, description="Seconds an idle connection is kept.")
+    max_connections: int = Field(
+        1000, ge=1, description="Connections past which new requests are answered 503."
+    )
     workspace_roots: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
         description="Directories a request's workspace may name (os.pathsep-separated).",
@@ -141,6 +151,30 @@ def register(sub: Subcommands) -> None:
     net.add_argument(
         "--max-concurrent-builds", type=int, metavar="N", help="builds run at once (default: 8)"
     )
+    net.add_argument(
+        "--head-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a request's line and headers must arrive within this (default: 10)",
+    )
+    net.add_argument(
+        "--body-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a request's body must arrive within this (default: 30)",
+    )
+    net.add_argument(
+        "--keep-alive-timeout",
+        type=int,
+        metavar="SECONDS",
+        help="an idle connection is closed after this (default: 5)",
+    )
+    net.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="past this many connections new requests are answered 503 (default: 1000)",
+    )
     auth = p.add_argument_group(
         "who may call (default: KILO_RULES_SERVE_*; without a token on a loopback address, "
         "one is made and written to a file only you can read)"
@@ -200,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..serve import create_app, openapi_document
+        from ..serve.protocol import uvicorn_config
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] not in SERVE_MODULES:
             raise
@@ -266,9 +301,13 @@ def run(args: argparse.Namespace) -> int:
             allowed_hosts=hosts,
             open_probes=bool(_pick(args.open_probes, settings.open_probes)),
             cors_origins=[*args.cors_origin, *settings.cors_origins],
+            body_timeout=_pick(args.body_timeout, settings.body_timeout),
         )
-        config = uvicorn.Config(
+        config = uvicorn_config(
             app,
+            head_timeout=_pick(args.head_timeout, settings.head_timeout),
+            keep_alive_timeout=_pick(args.keep_alive_timeout, settings.keep_alive_timeout),
+            max_connections=_pick(args.max_connections, settings.max_connections),
             log_level=args.log_level,
             # The sidecar answers its own errors as JSON; uvicorn's access log repeats the
             # decision log's facts without the revision.

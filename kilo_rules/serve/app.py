@@ -621,6 +621,7 @@ def create_app(
     allowed_hosts: Sequence[str] | None = None,
     open_probes: bool = False,
     cors_origins: Sequence[str] = (),
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> FastAPI:
     """The sidecar over ``store``.
 
@@ -636,11 +637,14 @@ def create_app(
     ``allowed_hosts``: the ``Host`` values answered (default: localhost, 127.0.0.1 and
     [::1], any port; ``"*"``: any). ``open_probes``: /healthz, /readyz and /metrics answer
     without a token. ``cors_origins``: browser origins allowed to call (default: none).
+    ``body_timeout``: seconds the whole body may take to arrive (408 past it).
 
     The app counts swaps and rejected revisions through ``store.add_listener``; starting
     and closing the store is left to the caller."""
-    if max_body_bytes < 1 or build_timeout <= 0 or max_concurrent_builds < 1:
-        raise ValueError("max_body_bytes, build_timeout and max_concurrent_builds must be > 0")
+    if min(max_body_bytes, build_timeout, max_concurrent_builds, body_timeout) <= 0:
+        raise ValueError(
+            "max_body_bytes, build_timeout, max_concurrent_builds and body_timeout must be > 0"
+        )
     tokens = tuple(tokens)
     if tokens and no_auth:
         raise ValueError("tokens and no_auth=True contradict each other")
@@ -660,6 +664,7 @@ def create_app(
         max_body_bytes=max_body_bytes,
         build_timeout=build_timeout,
         max_concurrent_builds=max_concurrent_builds,
+        body_timeout=body_timeout,
         workspace_roots=tuple(Path(r).resolve() for r in workspace_roots),
         decision_log=DecisionLog(decision_log) if decision_log is not None else None,
         access=access,

@@ -98,18 +98,19 @@ class Live:
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[tuple[str, Any]]:
+def serving(app: Any, **limits: Any) -> Iterator[tuple[str, Any]]:
     """Run ``app`` under uvicorn on 127.0.0.1 (a free port) in a thread until the block
-    ends; yields the base URL and the server."""
+    ends, configured as ``kilo-rules serve`` configures it (``limits``: head_timeout,
+    keep_alive_timeout, max_connections); yields the base URL and the server."""
     import uvicorn
+
+    from kilo_rules.serve.protocol import uvicorn_config
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="warning", lifespan="off", ws="none", http="h11", access_log=False
-    )
+    config = uvicorn_config(app, log_level="warning", lifespan="off", access_log=False, **limits)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -129,18 +130,18 @@ def serving(app: Any) -> Iterator[tuple[str, Any]]:
 @pytest.fixture
 def live_factory(tmp_path: Path) -> Iterator[Any]:
     """Start sidecars over stores: ``live_factory(store, **create_app_options)`` (with
-    ``tokens=[TOKEN]`` unless the options say otherwise). Each is shut down, and its store
-    closed, at teardown."""
+    ``tokens=[TOKEN]`` unless the options say otherwise; ``limits={...}`` go to
+    :func:`serving`). Each is shut down, and its store closed, at teardown."""
     from kilo_rules.serve import create_app
 
     stack = contextlib.ExitStack()
 
-    def start(store: Any, **options: Any) -> Live:
+    def start(store: Any, limits: dict[str, Any] | None = None, **options: Any) -> Live:
         if not options.get("no_auth"):
             options.setdefault("tokens", [TOKEN])
         app = create_app(store, **options)
         stack.callback(store.close)
-        url, server = stack.enter_context(serving(app))
+        url, server = stack.enter_context(serving(app, **(limits or {})))
         return Live(url, app, store, server)
 
     with stack:
