@@ -33,7 +33,6 @@ from ..errors import (
     CancellationError,
     CatalogError,
     Diagnostic,
-    EvalError,
     KiloRulesError,
     Location,
     SessionError,
@@ -107,12 +106,17 @@ _DESCRIPTION = (
 def _responses(ok: str, *statuses: int) -> dict[int | str, dict[str, Any]]:
     """The documented answers of an operation: 200 (``ok`` describes it) and the errors."""
     what = {
+        401: "No bearer token, or not one this sidecar accepts (auth.missing, auth.invalid).",
         404: "Unknown model id (with a did-you-mean when one is close).",
         408: "The body did not arrive in time.",
         413: "The body is over the size cap.",
+        415: "The body is not sent as application/json.",
+        421: "The Host header does not name this sidecar.",
         422: "The body is not valid: each problem located <request>:line:col.",
-        500: "The policy could not build this request, or an internal error.",
-        503: "No policy revision is loaded yet.",
+        500: "The policy served failed while building (policy.apply-failed) or compiling "
+        "(policy.failed), or an internal error.",
+        503: "No policy revision is loaded yet, or every build slot is taken (server.busy, "
+        "with Retry-After).",
         504: "The work took longer than the time bound.",
     }
     out: dict[int | str, dict[str, Any]] = {200: {"description": ok}}
@@ -327,6 +331,16 @@ class _Sidecar:
     def _workspace(self, wire: WorkspaceIn | None, body: Body) -> Workspace:
         if wire is None:
             return Workspace(cwd=self.cwd)
+        named: list[tuple[tuple[str | int, ...], str | None]] = [
+            (("step", "workspace", key), getattr(wire, key)) for key in ("cwd", "root", "home")
+        ]
+        for key in ("open_files", "visible_files"):
+            named += [(("step", "workspace", key, i), f) for i, f in enumerate(getattr(wire, key))]
+        for where, value in named:
+            if value is not None and "\x00" in value:
+                # No file name holds one, and the OS refuses it in a path.
+                message = f"{dotted(where)}: holds a NUL character, which no path can hold"
+                raise _at(body, where, "request.workspace", message)
         cwd, allowed = self._under_root(wire.cwd, body, "cwd")
         root = self._under_root(wire.root, body, "root", allowed)[0] if wire.root else allowed
         home = self._under_root(wire.home, body, "home")[0] if wire.home else allowed
@@ -357,7 +371,11 @@ class _Sidecar:
         p = Path(raw)
         if not p.is_absolute():
             raise _at(body, path, "request.workspace", f"{dotted(path)}: not an absolute path")
-        real = p.resolve()
+        try:
+            real = p.resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
+            message = f"{dotted(path)}: cannot be resolved ({exc})"
+            raise _at(body, path, "request.workspace", message) from None
         roots = [Path(within)] if within else self.workspace_roots
         for root in roots:
             if real.is_relative_to(root):
@@ -393,7 +411,7 @@ class _Sidecar:
         from ..check import check_paths
 
         try:
-            body = parse_json(raw, check=("models",))
+            body = parse_json(raw, check=("models", "policy", "routes"))
             req = validate(CheckRequest, body.data, body, ())
             if req.policy is None and req.routes is None:
                 raise _at(body, (), "request.invalid", "give a policy, a routes file, or both")
@@ -505,13 +523,24 @@ def _cancelled(what: str) -> _Outcome:
 
 def _engine_error(exc: KiloRulesError, what: str) -> ApiError:
     """The answer to an error of the store or the engine: 503 while no revision is served,
-    422 for what the request holds (a session, an expression failing on this model), 500
-    for a policy that cannot serve it (the operator's to fix)."""
+    422 for a session the request holds that the engine cannot read, and 500 for anything
+    else: the policy served failed while it was applied (``policy.apply-failed``: an
+    expression of the compiled plan raised, a rule contradicted itself) or could not be
+    compiled for the model (``policy.failed``). Those are the operator's to fix; a 4xx would
+    tell the caller to change a request that is not at fault."""
     first = exc.diagnostic
     if isinstance(exc, StoreError) and first.code in ("store.not-ready", "store.closed"):
         return ApiError(503, first.code, first.message, exc.diagnostics)
-    if isinstance(exc, SessionError | EvalError):
+    if isinstance(exc, SessionError):
         return ApiError(422, first.code, first.message, exc.diagnostics)
+    if what == "build":
+        log.warning("the policy failed while building a request: %s", first)
+        return ApiError(
+            500,
+            "policy.apply-failed",
+            f"the policy failed while building this request: {first.message}",
+            exc.diagnostics,
+        )
     return ApiError(
         500, "policy.failed", f"the policy could not {what}: {first.message}", exc.diagnostics
     )
@@ -736,7 +765,8 @@ def _app(state: _Sidecar) -> FastAPI:
         "revision, which the response names.",
         response_model=BuildResponse,
         responses=_responses(
-            "The request, the decisions and the revision.", 404, 408, 413, 422, 500, 503, 504
+            "The request, the decisions and the revision.",
+            *(401, 404, 408, 413, 415, 421, 422, 500, 503, 504),
         ),
         openapi_extra=_json_body(BuildRequest, "A Session v1 document, a model, a step."),
     )
@@ -758,7 +788,9 @@ def _app(state: _Sidecar) -> FastAPI:
         "(written to a fresh temporary directory as policy.yaml and routes.yaml). The "
         "answer is 200 whatever the texts hold; `ok` says whether they are free of errors.",
         response_model=CheckResponse,
-        responses=_responses("The diagnostics found.", 404, 408, 413, 422, 500, 504),
+        responses=_responses(
+            "The diagnostics found.", *(401, 404, 408, 413, 415, 421, 422, 500, 503, 504)
+        ),
         openapi_extra=_json_body(CheckRequest, "The texts to check."),
     )
     async def check(request: Request) -> Response:
@@ -775,7 +807,7 @@ def _app(state: _Sidecar) -> FastAPI:
         description="The plan the current revision compiles for `model` (what "
         "`kilo-rules plan --format json` prints), and the revision.",
         response_model=PlanResponse,
-        responses=_responses("The plan and its revision.", 404, 422, 500, 503, 504),
+        responses=_responses("The plan and its revision.", 401, 404, 421, 422, 500, 503, 504),
     )
     async def plan(
         model: Annotated[str, Query(min_length=1, max_length=256, description="Catalog id.")],
@@ -858,6 +890,9 @@ def _document(app: FastAPI) -> dict[str, Any]:
             raise RuntimeError(f"two OpenAPI schemas named {name}")
         schemas[name] = schema
     doc["components"]["schemas"] = dict(sorted(schemas.items()))
+    # Every operation takes a bearer token (the probes may be opened by the operator).
+    doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    doc["security"] = [{"bearer": []}]
     return doc
 
 

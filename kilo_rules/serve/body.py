@@ -11,6 +11,7 @@ in the body, raised as an :class:`ApiError`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -67,8 +68,11 @@ def error_bytes(code: str, message: str, diagnostics: Iterable[Diagnostic] = ())
 
 
 def dumps(data: Any) -> bytes:
-    """Compact UTF-8 JSON, as every response is sent."""
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    """Compact UTF-8 JSON, as every response is sent. A lone surrogate (an error message
+    may quote one the body held) is written as its JSON escape, ``\\ud800``: only strings
+    can hold one, so the text stays valid JSON and UTF-8."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "backslashreplace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +129,15 @@ def parse_json(raw: bytes, *, check: Sequence[str] = ()) -> Body:
         message = f"not UTF-8: invalid byte 0x{raw[exc.start]:02x}"
         raise _invalid("request.encoding", message, at) from None
     try:
-        data = json.loads(text)
+        data = json.loads(
+            text, parse_int=_bounded_int, parse_float=_finite, parse_constant=_not_a_number
+        )
     except json.JSONDecodeError as exc:
         at = Location(REQUEST, exc.lineno, exc.colno)
         raise _invalid("request.json", f"not valid JSON: {exc.msg}", at) from None
+    except _NumberError as exc:
+        at = _offset_location(text, text.find(exc.digits))
+        raise _invalid("request.number", exc.why, at) from None
     except RecursionError:
         deep = JsonText(REQUEST, text).too_deep(MAX_DEPTH)
         path, at = deep if deep is not None else ((), Location(REQUEST, 1, 1))
@@ -149,6 +158,44 @@ def parse_json(raw: bytes, *, check: Sequence[str] = ()) -> Body:
             diag = problem_diagnostic("request", kind, path, body.locate([path])[path], MAX_DEPTH)
             raise ApiError(422, diag.code, diag.message, [diag])
     return body
+
+
+#: The most digits an integer in a body may have: far past any count, size or time (a
+#: 64-bit integer has 20), and short of the cost of converting a huge one.
+MAX_DIGITS = 64
+
+
+class _NumberError(ValueError):
+    """A number JSON readers disagree on, raised from inside ``json.loads``."""
+
+    def __init__(self, digits: str, why: str) -> None:
+        super().__init__(why)
+        self.digits = digits
+        self.why = why
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits) > MAX_DIGITS + 1:  # a sign is not a digit
+        count = len(digits.lstrip("-"))
+        raise _NumberError(digits, f"an integer of {count} digits (at most {MAX_DIGITS})")
+    return int(digits)
+
+
+def _finite(digits: str) -> float:
+    value = float(digits)
+    if not math.isfinite(value):  # 1e999: past the largest float
+        raise _NumberError(digits, f"the number {digits[:40]} is too large to be represented")
+    return value
+
+
+def _not_a_number(word: str) -> float:
+    raise _NumberError(word, f"{word} is not a JSON number")
+
+
+def _offset_location(text: str, offset: int) -> Location:
+    offset = max(offset, 0)
+    line = text.count("\n", 0, offset) + 1
+    return Location(REQUEST, line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
 
 
 def _invalid(code: str, message: str, at: Location) -> ApiError:

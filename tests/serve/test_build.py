@@ -325,3 +325,40 @@ def test_unknown_paths_and_methods_are_typed_errors(live: Live) -> None:
     assert missing.status_code == 404 and error_of(missing)["code"] == "http.not-found"
     assert method.status_code == 405 and error_of(method)["code"] == "http.method-not-allowed"
     assert query.status_code == 422 and error_of(query)["code"] == "request.invalid"
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "code"),
+    [
+        ("eval", 500, "policy.apply-failed"),
+        ("policy", 500, "policy.apply-failed"),
+        ("session", 422, "session.invalid"),
+    ],
+)
+def test_a_policy_failing_while_applied_is_5xx_a_bad_session_4xx(
+    policy_dir: Path,
+    live_factory: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    raised: str,
+    status: int,
+    code: str,
+) -> None:
+    from kilo_rules.errors import Diagnostic, EvalError, Location, PolicyError, SessionError
+    from kilo_rules.runtime import apply
+
+    where = Location("main.yaml", 9, 5)
+    error = {
+        "eval": EvalError(Diagnostic("expr.eval", "division by zero", where)),
+        "policy": PolicyError(Diagnostic("policy.invalid", "two caps contradict", where)),
+        "session": SessionError(Diagnostic("session.invalid", "messages[0]: no parts")),
+    }[raised]
+
+    def fail(st: Any) -> None:
+        raise error
+
+    monkeypatch.setattr(apply, "STAGES", {**apply.STAGES, "system": fail})
+    live = live_factory(PolicyStore.from_directory(policy_dir))
+    with live.client() as http:
+        r = http.post("/v1/build", json={"session": small_session(), "model": MODEL})
+    assert r.status_code == status, r.text
+    assert error_of(r)["code"] == code
