@@ -35,6 +35,8 @@ fuzz: $(BIN)/kilo-rules
 	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_routes.py      # 4 tests
 	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_bundle.py      # 4 tests
 	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_simulate_report.py  # 3 tests
+	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_serve.py       # 3 tests
+	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_workspace_reads.py  # 3 tests
 
 bench: $(BIN)/kilo-rules
 	$(BIN)/python benchmarks/bench_expr.py
