@@ -10,6 +10,7 @@ locations are 1-based.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import math
 import re
@@ -27,6 +28,7 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
+from . import safefs
 from .errors import Diagnostic, Location, PolicyError
 
 # Re-exported: the source map a document carries is defined in source.py, beside the JSON
@@ -462,12 +464,30 @@ class _Builder:
         return result[0]
 
 
-def read_text_limited(path: Path, limits: Limits = DEFAULT_LIMITS) -> str:
-    """Read a file, refusing to load more than the size limit into memory."""
-    with path.open("rb") as fh:
-        raw = fh.read(limits.max_bytes + 1)
-    if len(raw) > limits.max_bytes:
-        size = path.stat().st_size
+def read_text_limited(
+    path: Path, limits: Limits = DEFAULT_LIMITS, *, root: Path | None = None
+) -> str:
+    """Read a file, refusing to load more than the size limit into memory.
+
+    The file is read through :mod:`kilo_rules.safefs`: a FIFO, device or directory is
+    refused without blocking (a pipe named as a policy must never hang the reader), and
+    at most the limit plus one byte is read. With ``root`` the file must lie beneath it
+    and is opened one component at a time without following a symlink
+    (:func:`~kilo_rules.safefs.read_beneath`). A file over the limit is a located
+    ``yaml.size`` :class:`PolicyError`; any other refusal is a
+    :class:`~kilo_rules.safefs.ReadRefused` (an :class:`OSError`) with its reason."""
+    try:
+        if root is None:
+            raw = safefs.read_regular(path, max_bytes=limits.max_bytes)
+        else:
+            # A relative path is the caller's (relative to the working directory), not the root's.
+            raw = safefs.read_beneath(root, safefs.lexical(path), max_bytes=limits.max_bytes)[1]
+    except safefs.ReadRefused as exc:
+        if exc.reason != "too-large":
+            raise
+        size = limits.max_bytes + 1
+        with contextlib.suppress(OSError, ValueError):
+            size = max(size, path.stat().st_size)
         raise PolicyError(
             Diagnostic(
                 "yaml.size",
@@ -476,7 +496,7 @@ def read_text_limited(path: Path, limits: Limits = DEFAULT_LIMITS) -> str:
                 details={"bytes": size, "limit": limits.max_bytes},
                 hint="split the policy with extends:, or move long prompt texts into files",
             )
-        )
+        ) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -487,17 +507,34 @@ def read_text_limited(path: Path, limits: Limits = DEFAULT_LIMITS) -> str:
         ) from None
 
 
-def load_yaml_file(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Document:
-    """Read and parse a YAML file (I/O errors become located ``io.read`` diagnostics)."""
+#: The diagnostic code of each reason :mod:`kilo_rules.safefs` refuses a read for.
+_REFUSED_CODES = {
+    "not-regular": "io.not-regular-file",
+    "outside": "io.outside-root",
+    "changed": "io.changed",
+}
+
+
+def read_error(exc: OSError, file: str, what: str = "file") -> Diagnostic:
+    """The located diagnostic of a file that could not be read: ``io.read``, or for a
+    :class:`~kilo_rules.safefs.ReadRefused` the code of its reason (``io.not-regular-file``
+    for a FIFO, device or directory; ``io.outside-root``; ``io.changed``)."""
+    reason = exc.reason if isinstance(exc, safefs.ReadRefused) else None
+    code = _REFUSED_CODES.get(reason or "", "io.read")
+    detail = str(exc) if isinstance(exc, safefs.ReadRefused) else (exc.strerror or str(exc))
+    return Diagnostic(code, f"cannot read {what}: {detail}", Location(file, 1, 1))
+
+
+def load_yaml_file(
+    path: str | Path, limits: Limits = DEFAULT_LIMITS, *, root: Path | None = None
+) -> Document:
+    """Read and parse a YAML file (see :func:`read_text_limited`; a file that cannot be
+    read is a located :func:`read_error` diagnostic)."""
     p = Path(path)
     try:
-        text = read_text_limited(p, limits)
+        text = read_text_limited(p, limits, root=root)
     except OSError as exc:
-        raise PolicyError(
-            Diagnostic(
-                "io.read", f"cannot read file: {exc.strerror or exc}", Location(str(p), 1, 1)
-            )
-        ) from None
+        raise PolicyError(read_error(exc, str(p))) from None
     return parse_yaml(text, str(p), limits)
 
 

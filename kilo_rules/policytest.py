@@ -9,9 +9,12 @@ the test file that states it, with what was expected and what was found.
 
 Test files are untrusted input, like policies: they are loaded within the YAML limits of
 :mod:`kilo_rules.load`, validated against ``schemas/policytest.v1.json`` (generated from the
-models below) with located errors, and every file they name (a policy path, a session) must
-be a regular file of bounded size under the working directory, the test file's directory or
-a directory the operator allowed (:func:`kilo_rules.sandbox.allow_read`).
+models below) with located errors, and every path they name (the workspace's cwd, root and
+home, a policy path, a session) must lie in the test file's directory tree, the bundled
+policies or a directory the operator allowed (:func:`kilo_rules.sandbox.allow_read`), as
+written and once symlinks are resolved (``test.path-outside-roots``); a file named is a
+regular file of bounded size, a session read through the sandbox. A case's home defaults to
+:data:`DEFAULT_HOME` in the test file's tree, never the real user's home.
 
 Coverage (:class:`Coverage`) says which rules, overrides and expressions of each policy file
 the cases exercised, as ``opa test --coverage`` does; docs/testing-policies.md defines it.
@@ -20,6 +23,7 @@ the cases exercised, as ``opa test --coverage`` does; docs/testing-policies.md d
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,11 +34,11 @@ from typing import Any, Literal
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
-from . import sandbox
+from . import safefs, sandbox
 from .catalog import ModelInfo, bundled_catalog
 from .compile import compile_policy
 from .errors import Diagnostic, KiloRulesError, Location, PolicyError
-from .importers import read_session
+from .importers import read_session_bytes
 from .jsonschemas import load_schema
 from .load import DEFAULT_LIMITS, Document, JsonPath, load_yaml_file
 from .plan import Plan
@@ -52,6 +56,7 @@ from .session import Session, session_from_data
 from .validate import diagnose_all, dotted, schema_diagnostics
 
 __all__ = [
+    "DEFAULT_HOME",
     "SCHEMA",
     "TEST_SUFFIX",
     "CaseOutcome",
@@ -366,23 +371,34 @@ class _Context:
         return self.doc.locate_key(tuple(path))
 
     def roots(self) -> tuple[Path, ...]:
-        return (self.base, Path.cwd(), *sandbox.operator_roots())
+        """Where the test file may name files and workspaces: its own directory tree, the
+        bundled policies and the operator's roots (never the working directory: a test
+        file arriving by pull request must not reach what the machine running it holds)."""
+        return (self.base, bundled_root(), *sandbox.operator_roots())
 
 
 def find_test_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
     """(test files, problems): each path given is a file (taken whatever its name) or a
-    directory searched for ``*.test.yaml``; a path that does not exist is a problem."""
-    files: list[Path] = []
+    directory searched for ``*.test.yaml``; a path that does not exist is a problem. A
+    directory's symlinks to directories are not followed, and a test file that is a
+    symlink leading out of the directory is a problem, not a test file."""
+    found, problems = _find(paths)
+    return [p for p, _ in found], problems
+
+
+def _find(paths: Iterable[str | Path]) -> tuple[list[tuple[Path, Path | None]], list[str]]:
+    """(test file, the directory it was found under or None when it was named), problems."""
+    files: list[tuple[Path, Path | None]] = []
     problems: list[str] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(x for x in p.rglob(f"*{TEST_SUFFIX}") if x.is_file())
+            found = _walk(p, problems)
             if not found:
                 problems.append(f"{raw}: no *{TEST_SUFFIX} files")
-            files.extend(found)
+            files.extend((f, p) for f in found)
         elif p.is_file():
-            files.append(p)
+            files.append((p, None))
         else:
             problems.append(f"{raw}: no such file or directory")
         if len(files) > MAX_FILES:
@@ -391,15 +407,37 @@ def find_test_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]
     return list(dict.fromkeys(files)), problems
 
 
+def _walk(top: Path, problems: list[str]) -> list[Path]:
+    """The ``*.test.yaml`` regular files under ``top`` that stay under it once their
+    symlinks are resolved; directory symlinks are not followed (``os.walk``'s default),
+    so a link to ``/`` or to ``.`` neither leaves the tree nor loops."""
+    found: list[Path] = []
+    for here, dirs, names in os.walk(top):
+        dirs.sort()
+        for name in sorted(n for n in names if n.endswith(TEST_SUFFIX)):
+            full = os.path.join(here, name)  # noqa: PTH118
+            try:
+                safefs.resolve_beneath(top, full)
+            except safefs.ReadRefused as exc:
+                problems.append(f"{exc} (a symlink out of {top})")
+                continue
+            if os.path.isfile(full):  # noqa: PTH113 - a FIFO named *.test.yaml is skipped
+                found.append(Path(full))
+        if len(found) > MAX_FILES:
+            break
+    return sorted(found)
+
+
 def run_paths(
     paths: Iterable[str | Path], *, select: str | None = None
 ) -> tuple[RunReport, list[str]]:
     """Run every test file under ``paths`` (see :func:`find_test_files`); ``select`` keeps
-    the cases whose name contains it. Returns the report and the paths that gave nothing."""
-    files, problems = find_test_files(paths)
+    the cases whose name contains it. Returns the report and the paths that gave nothing.
+    A test file found under a directory is read beneath it without following a symlink."""
+    files, problems = _find(paths)
     hits = _Hits()
     resolved: dict[str, ResolvedPolicy] = {}
-    outcomes = tuple(_run_file(f, hits, resolved, select) for f in files)
+    outcomes = tuple(_run_file(f, hits, resolved, select, root) for f, root in files)
     return RunReport(outcomes, _coverage(hits)), problems
 
 
@@ -411,11 +449,15 @@ def run_test_file(path: str | Path, *, select: str | None = None) -> RunReport:
 
 
 def _run_file(
-    path: Path, hits: _Hits, resolved: dict[str, ResolvedPolicy], select: str | None
+    path: Path,
+    hits: _Hits,
+    resolved: dict[str, ResolvedPolicy],
+    select: str | None,
+    root: Path | None = None,
 ) -> FileOutcome:
     file = str(path)
     try:
-        doc = load_yaml_file(path, DEFAULT_LIMITS)
+        doc = load_yaml_file(path, DEFAULT_LIMITS, root=root)
     except KiloRulesError as exc:
         return FileOutcome(file, errors=tuple(exc.diagnostics))
     errors = _refined(doc, schema_diagnostics(doc, SCHEMA))
@@ -577,7 +619,7 @@ def _case_failures(
     got wrong (model, session, config)."""
     model = _model(ctx, i, case)
     session = _session(ctx, i, case)
-    step = _step(ctx, case)
+    step = _step(ctx, i, case)
     try:
         plan = compile_policy(policy, model, config=case.config)
     except KiloRulesError as exc:
@@ -651,8 +693,42 @@ def _expected_error(
 # -- inputs ---------------------------------------------------------------------------------
 
 
-def _named_file(ctx: _Context, value: str, at: Location, what: str, max_bytes: int) -> Path:
+#: What a refused path's hint says.
+_ROOTS_HINT = (
+    "a test file names files and workspaces only under its own directory (and the bundled "
+    "policies); allow another directory with --allow-read DIR (or KILO_RULES_READ_ROOTS)"
+)
+
+
+def _ref(ctx: _Context, value: str, at: Location, what: str) -> sandbox.FileRef:
+    """``value`` as a path the test file names, refused with a located diagnostic when it
+    holds what no path may (a NUL: ``test.path-invalid``) or lies outside the test file's
+    roots, as written or once its symlinks are resolved (``test.path-outside-roots``)."""
+    if "\x00" in value:
+        raise _InvalidCaseError(
+            [Diagnostic("test.path-invalid", f"{what} path {value!r} holds a NUL byte", at)]
+        )
     ref = sandbox.FileRef(value, at, ctx.base)
+    real, problem = sandbox.confine(ref, ctx.roots())
+    if problem is not None:
+        written = safefs.lexical(ref.path)
+        escape = "" if written == str(real) else f" (a symlink to {real})"
+        raise _InvalidCaseError(
+            [
+                Diagnostic(
+                    "test.path-outside-roots",
+                    f"{what} {value!r} is outside the directories a test file may name{escape}",
+                    at,
+                    problem.details,
+                    _ROOTS_HINT,
+                )
+            ]
+        )
+    return ref
+
+
+def _named_file(ctx: _Context, value: str, at: Location, what: str, max_bytes: int) -> Path:
+    ref = _ref(ctx, value, at, what)
     try:
         return sandbox.check_file(ref, ctx.roots(), max_bytes=max_bytes, what=what)
     except KiloRulesError as exc:
@@ -713,15 +789,16 @@ def _session(ctx: _Context, i: int, case: CaseSpec) -> Session:
         return session_from_data(_DEFAULT_SESSION)
     if isinstance(given, str):
         at = ctx.at(*where)
-        path = _named_file(ctx, given, at, "session", SESSION_MAX_BYTES)
+        ref = _ref(ctx, given, at, "session")
         try:
-            return read_session(path, run=case.run)
+            # Read through the sandbox, not by name: a directory or the file swapped for a
+            # symlink after the check is refused instead of followed out of the roots.
+            path, content = sandbox.read_bytes(
+                ref, ctx.roots(), max_bytes=SESSION_MAX_BYTES, what="session"
+            )
+            return read_session_bytes(content, run=case.run, name=str(path))
         except KiloRulesError as exc:
             raise _InvalidCaseError(exc.diagnostics) from None
-        except OSError as exc:
-            raise _InvalidCaseError(
-                [Diagnostic("io.read", f"cannot read session: {exc.strerror or exc}", at)]
-            ) from None
     raw = ctx.doc.data["cases"][i]["session"]
     data = {"version": 1, "id": given.id, **raw}
     try:
@@ -734,14 +811,23 @@ def _session(ctx: _Context, i: int, case: CaseSpec) -> Session:
         raise _InvalidCaseError(diags) from None
 
 
-def _step(ctx: _Context, case: CaseSpec) -> StepInput:
+#: The home directory of a case that gives none, relative to the test file: a directory
+#: that normally does not exist, so that global instruction files (``~/.claude/CLAUDE.md``)
+#: are never read from the machine running the tests, and are read from the test file's
+#: tree only when a case names its ``home``.
+DEFAULT_HOME = ".kilo-rules-test-home"
+
+
+def _step(ctx: _Context, i: int, case: CaseSpec) -> StepInput:
     s = case.step
     w = s.workspace
+    where: JsonPath = ("cases", i, "step", "workspace")
 
-    def place(value: str | None, default: Path) -> str:
-        return str(default if value is None else (ctx.base / Path(value).expanduser()).resolve())
+    def place(key: str, value: str) -> str:
+        at = ctx.at(*where, key) if key in w.model_fields_set else ctx.at("cases", i, "name")
+        return str(sandbox.confine(_ref(ctx, value, at, f"workspace {key}"), ctx.roots())[0])
 
-    cwd = place(w.cwd, ctx.base)
+    cwd = place("cwd", w.cwd)
     agent = Agent(
         name=s.agent.name,
         prompt=s.agent.prompt,
@@ -749,16 +835,17 @@ def _step(ctx: _Context, case: CaseSpec) -> StepInput:
         task_enabled=s.agent.task_enabled,
         skills=tuple(Skill(k.name, k.description) for k in s.agent.skills),
     )
-    # Root and home default to the working directory, so that no case reads instruction
-    # files from the machine it happens to run on.
+    # Every directory the runtime reads instruction files under is confined to the test
+    # file's roots; root defaults to the working directory and home to DEFAULT_HOME, so no
+    # case reads instruction files from the machine it happens to run on.
     workspace = Workspace(
         cwd=cwd,
-        root=place(w.root, Path(cwd)),
+        root=cwd if w.root is None else place("root", w.root),
         platform=w.platform,
         is_git_repo=w.is_git_repo,
         open_files=tuple(w.open_files),
         visible_files=tuple(w.visible_files),
-        home=place(w.home, Path(cwd)),
+        home=place("home", w.home if w.home is not None else DEFAULT_HOME),
     )
     return StepInput(
         agent=agent,

@@ -60,14 +60,20 @@ class AgentSpec(_Strict):
 
 
 class WorkspaceSpec(_Strict):
-    """Where the agent runs; relative paths start at the test file's directory."""
+    """Where the agent runs; relative paths start at the test file's directory, and every
+    path must stay in the test file's tree (or a directory the operator allows)."""
 
-    cwd: str = Field(".", description="Working directory (default: the test file's).")
+    cwd: str = Field(
+        ".", description="Working directory, in the test file's tree (default: its directory)."
+    )
     root: str | None = Field(
         None, description="Worktree root; instruction files are looked up to it (default: cwd)."
     )
     home: str | None = Field(
-        None, description="Home directory for ~ in global instruction paths (default: cwd)."
+        None,
+        description="Home directory for ~ in global instruction paths, in the test file's "
+        "tree (default: .kilo-rules-test-home beside the test file, which normally does not "
+        "exist: the real home is never read).",
     )
     platform: str = Field("linux", description="Platform shown in the environment block.")
     is_git_repo: bool = Field(False, description="The workspace is a git repository.")

@@ -35,7 +35,9 @@ def test_repository_policy_tests_pass_and_cover_kilo_default(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(ROOT)
-    code = main(["test", "policies/tests", "--format", "json", "--coverage"])
+    # One case replays a recorded session kept outside the test files' tree.
+    allow = ["--allow-read", "examples/sessions"]
+    code = main(["test", "policies/tests", "--format", "json", "--coverage", *allow])
     out = json.loads(capsys.readouterr().out)
     failures = [c for f in out["files"] for c in f["cases"] if c["status"] != "pass"]
     assert code == 0, failures
@@ -276,7 +278,7 @@ def test_invalid_case_inputs_exit_2(tmp_path: Path) -> None:
     assert report.exit_code == 2
     codes = {c.name: [d.code for d in c.failures] for c in report.cases}
     assert codes["unknown model"] == ["model.unknown"]
-    assert codes["session outside the allowed directories"] == ["policy.file-outside-roots"]
+    assert codes["session outside the allowed directories"] == ["test.path-outside-roots"]
     assert codes["bad config"] == ["config.value"]
     assert codes["duplicate ids in an inline session"] == ["session.duplicate-id"]
     unknown = report.cases[0].failures[0]

@@ -23,8 +23,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from .. import safefs
 from ..errors import Diagnostic, ImportFormatError, Location, did_you_mean
-from ..session import MAX_BYTES, Session, is_session_v1, read_bounded, session_from_data
+from ..load import read_error
+from ..session import MAX_BYTES, Session, is_session_v1, session_from_data
 from . import (
     anthropic_messages,
     claude_code,
@@ -41,6 +43,7 @@ __all__ = [
     "import_file",
     "import_text",
     "read_session",
+    "read_session_bytes",
     "read_session_text",
 ]
 
@@ -160,30 +163,44 @@ def read_session_text(text: str, *, run: int | None = None, name: str = "<text>"
     return _convert(src, _detect(src, "auto"), run)
 
 
+def read_session_bytes(data: bytes, *, run: int | None = None, name: str = "<bytes>") -> Session:
+    """A session from the bytes of a file already read (UTF-8; see
+    :func:`read_session_text`), for callers that read it themselves, e.g. through the
+    sandbox; a text of more than :data:`~kilo_rules.session.MAX_BYTES` is refused."""
+    if len(data) > MAX_BYTES:
+        fail_size(name)
+    return read_session_text(decode(data, name), run=run, name=name)
+
+
 def read_session(path: str | Path, *, run: int | None = None) -> Session:
     """The session in the file at ``path``: Session v1 or a recorded log (UTF-8; see
-    :func:`read_session_text`). An unreadable file raises :class:`OSError`, unchanged; a
-    file larger than :data:`~kilo_rules.session.MAX_BYTES` is an :class:`ImportFormatError`
-    (code ``import.size``), refused without reading it whole."""
+    :func:`read_session_text`). Only a regular file is read: a FIFO, device or directory is
+    refused without blocking, as an unreadable file is, with an :class:`OSError`
+    (:class:`~kilo_rules.safefs.ReadRefused`, whose ``reason`` says why); a file larger than
+    :data:`~kilo_rules.session.MAX_BYTES` is an :class:`ImportFormatError` (code
+    ``import.size``), refused without reading it whole."""
     p = Path(path)
-    return read_session_text(decode(_read(p), str(p)), run=run, name=str(p))
+    return read_session_bytes(_read(p), run=run, name=str(p))
 
 
 def _read(path: Path) -> bytes:
-    data = read_bounded(path, MAX_BYTES)
-    if data is None:
-        fail_size(str(path))
-    return data
+    try:
+        return safefs.read_regular(path, max_bytes=MAX_BYTES)
+    except safefs.ReadRefused as exc:
+        if exc.reason == "too-large":
+            fail_size(str(path))
+        raise
 
 
 def import_file(path: str | Path, *, fmt: str = "auto", run: int | None = None) -> Session:
     """Import the log at ``path`` (UTF-8; see :func:`import_text`).
 
-    An unreadable file is an :class:`ImportFormatError` with code ``io.read``, one larger
+    An unreadable file is an :class:`ImportFormatError` with code ``io.read`` (a FIFO,
+    device or directory: ``io.not-regular-file``, refused without blocking), one larger
     than :data:`~kilo_rules.session.MAX_BYTES` one with code ``import.size``."""
     p = Path(path)
     try:
         data = _read(p)
     except OSError as exc:
-        fail("io.read", f"cannot read {p}: {exc.strerror or exc}", Location(str(p), 1, 1))
+        raise ImportFormatError(read_error(exc, str(p), str(p))) from None
     return import_text(decode(data, str(p)), fmt=fmt, run=run, name=str(p))
