@@ -15,7 +15,8 @@ import { parseArgs } from "node:util";
 
 const USAGE =
   "usage: node build.mjs --url URL --model ID|MODEL.json --session FILE.json " +
-  "[--step N] [--provider API] [--timeout SECONDS] [--body]";
+  "[--step N] [--provider API] [--timeout SECONDS] [--body]\n" +
+  "the bearer token comes from $KILO_RULES_TOKEN, or from the file --token-file names";
 
 /** The options, or exit 2 with the usage line. */
 function options(argv) {
@@ -30,6 +31,7 @@ function options(argv) {
         provider: { type: "string" },
         timeout: { type: "string", default: "30" },
         body: { type: "boolean", default: false },
+        "token-file": { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
       strict: true,
@@ -76,12 +78,14 @@ export function messageCount(request) {
 }
 
 /** Post the build; resolve to the parsed answer, or exit with the sidecar's error. */
-export async function build(url, payload, timeoutSeconds) {
+export async function build(url, payload, timeoutSeconds, token) {
+  const headers = { "content-type": "application/json", accept: "application/json" };
+  if (token) headers.authorization = `Bearer ${token}`;
   let response;
   try {
     response = await fetch(new URL("/v1/build", url), {
       method: "POST",
-      headers: { "content-type": "application/json", accept: "application/json" },
+      headers,
       body: JSON.stringify(payload),
       signal: AbortSignal.timeout(timeoutSeconds * 1000),
     });
@@ -120,7 +124,16 @@ async function main() {
     if (!(step.step >= 1)) fail(2, `--step: not a step number: ${opts.step}`);
   }
   if (opts.provider !== undefined) step.provider = opts.provider;
-  const answer = await build(opts.url, { session, model, step }, timeout);
+  // The token never goes on the command line, where other users of the machine see it.
+  let token = process.env.KILO_RULES_TOKEN;
+  if (opts["token-file"] !== undefined) {
+    try {
+      token = (await readFile(opts["token-file"], "utf8")).trim();
+    } catch (err) {
+      fail(2, `cannot read the token file ${opts["token-file"]}: ${err.code ?? err.message}`);
+    }
+  }
+  const answer = await build(opts.url, { session, model, step }, timeout, token);
   console.log(`provider: ${answer.provider}`);
   console.log(`revision: ${answer.revision}`);
   console.log(`messages: ${messageCount(answer.request)}`);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
-from .conftest import MODEL, ROOT, Live, small_session
+from .conftest import MODEL, ROOT, TOKEN, Live, small_session
 
 CLIENT = ROOT / "examples/node-client/build.mjs"
 NODE = shutil.which("node")
@@ -22,20 +23,37 @@ NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not on PATH")
 
 
-def run_client(*args: str) -> subprocess.CompletedProcess[str]:
+def run_client(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
     assert NODE is not None
+    env = {k: v for k, v in os.environ.items() if k != "KILO_RULES_TOKEN"}
+    if token is not None:
+        env["KILO_RULES_TOKEN"] = token
     return subprocess.run(
-        [NODE, str(CLIENT), *args], capture_output=True, text=True, timeout=60, check=False
+        [NODE, str(CLIENT), *args], capture_output=True, text=True, timeout=60, check=False, env=env
     )
 
 
 @pytest.fixture
 def live(policy_dir: Path, live_factory: Any) -> Live:
-    """A sidecar without authentication: the example client sends no token."""
+    """A sidecar that wants the test token (the client sends it from $KILO_RULES_TOKEN)."""
     from kilo_rules.store import PolicyStore
 
-    result: Live = live_factory(PolicyStore.from_directory(policy_dir), no_auth=True)
+    result: Live = live_factory(PolicyStore.from_directory(policy_dir))
     return result
+
+
+def test_the_node_client_sends_the_token_from_a_file_and_is_refused_without(
+    live: Live, tmp_path: Path
+) -> None:
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps(small_session()), encoding="utf-8")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    args = ("--url", live.url, "--model", MODEL, "--session", str(path))
+    done = run_client(*args, "--token-file", str(token_file), token=None)
+    assert done.returncode == 0, done.stderr
+    refused = run_client(*args, token=None)
+    assert refused.returncode == 1 and "HTTP 401 auth.missing" in refused.stderr
 
 
 def test_the_node_client_prints_provider_revision_and_messages(live: Live, tmp_path: Path) -> None:
