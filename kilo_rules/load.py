@@ -519,10 +519,15 @@ def read_error(exc: OSError, file: str, what: str = "file") -> Diagnostic:
     """The located diagnostic of a file that could not be read: ``io.read``, or for a
     :class:`~kilo_rules.safefs.ReadRefused` the code of its reason (``io.not-regular-file``
     for a FIFO, device or directory; ``io.outside-root``; ``io.changed``)."""
-    reason = exc.reason if isinstance(exc, safefs.ReadRefused) else None
-    code = _REFUSED_CODES.get(reason or "", "io.read")
-    detail = str(exc) if isinstance(exc, safefs.ReadRefused) else (exc.strerror or str(exc))
-    return Diagnostic(code, f"cannot read {what}: {detail}", Location(file, 1, 1))
+    if isinstance(exc, safefs.ReadRefused):
+        code = _REFUSED_CODES.get(exc.reason, "io.read")
+        # Its message starts with the path, which the location already shows.
+        detail = str(exc).removeprefix(f"{exc.path}: ")
+    else:
+        code, detail = "io.read", exc.strerror or str(exc)
+    return Diagnostic(
+        code, f"cannot read{' ' + what if what else ''}: {detail}", Location(file, 1, 1)
+    )
 
 
 def load_yaml_file(

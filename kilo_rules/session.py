@@ -11,11 +11,13 @@ Times are integer milliseconds since the Unix epoch.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import safefs
 from .cancel import checkpoint
 from .errors import Diagnostic, Location, SessionError
 from .source import JsonPath, JsonText, json_problem, nearest
@@ -28,6 +30,73 @@ MAX_DEPTH = 100
 """How deeply objects and arrays may nest in a session (the outermost value is level 1).
 Real sessions stay under 20; the bound keeps recursive code downstream (validation,
 serialisation, copies) from running out of stack."""
+
+
+MAX_INT_DIGITS = 1_000
+"""The most digits an integer of a session or agent log may spell. Python refuses to
+convert integers past 4,300 digits (a bare ``ValueError`` from deep inside ``json``), and no
+count, time or id needs more than a few dozen."""
+
+
+class NumberTooLongError(ValueError):
+    """A JSON number that cannot be held: an integer longer than :data:`MAX_INT_DIGITS`
+    digits, or a decimal so large it would be infinite; and where its text starts
+    (``offset`` into the text parsed)."""
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class _UnfitError(Exception):
+    def __init__(self, text: str, message: str) -> None:
+        super().__init__(message)
+        self.text = text
+
+
+def _parse_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _UnfitError(
+            text, f"an integer of {digits:,} digits; at most {MAX_INT_DIGITS:,} are allowed"
+        )
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        # 1e999 parses as infinity, which no JSON output can write back.
+        raise _UnfitError(
+            text, f"{text[:24]}{'…' if len(text) > 24 else ''} is too large for a number"
+        )
+    return value
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads(text)``, refusing numbers that cannot be held — integers of more than
+    :data:`MAX_INT_DIGITS` digits (before Python's own conversion limit raises an untyped
+    ``ValueError``) and decimals that overflow to infinity — with
+    :class:`NumberTooLongError`; raises :class:`json.JSONDecodeError` and
+    :class:`RecursionError` as ``json.loads`` does."""
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
+    except _UnfitError as exc:
+        raise NumberTooLongError(str(exc), _number_offset(text, exc.text)) from None
+
+
+def _number_offset(text: str, number: str) -> int:
+    # parse_int is not told where the number is: the first run of exactly these digits that
+    # stands alone (not inside a longer run of digits) is where it most likely starts.
+    at = text.find(number)
+    while at > 0 and text[at - 1].isdigit():
+        at = text.find(number, at + 1)
+    return max(at, 0)
+
+
+def number_location(text: str, file: str, offset: int, line: int = 1) -> Location:
+    """The ``file:line:col`` of ``offset`` into ``text`` (whose first line is ``line``)."""
+    return Location(file, line + text.count("\n", 0, offset), offset - text.rfind("\n", 0, offset))
 
 
 class _Model(BaseModel):
@@ -221,6 +290,14 @@ class Session(_Model):
         default_factory=dict, description="Free-form metadata (origin, license, importer)."
     )
 
+    @field_validator("directory")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        # A path with a NUL names no file: every os call on it raises an untyped ValueError.
+        if value is not None and "\x00" in value:
+            raise ValueError("a working directory may not hold a NUL character")
+        return value
+
 
 def is_session_v1(data: Any) -> bool:
     """Whether parsed JSON is a Session v1 document: an object with ``"version": 1`` and a
@@ -239,14 +316,20 @@ def session_from_json(text: str, file: str = "<session>") -> Session:
 
     Besides the schema, a session must nest at most :data:`MAX_DEPTH` levels, hold no lone
     UTF-16 surrogate (``"\\ud800"`` parses, but no output can encode it) and use each
-    message id, part id and tool call id once."""
+    message id, part id and tool call id once, and spell no number it cannot hold (an
+    integer longer than :data:`MAX_INT_DIGITS` digits, a decimal that overflows:
+    ``session.number``)."""
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except json.JSONDecodeError as exc:
         raise SessionError(
             Diagnostic(
                 "session.json", f"not valid JSON: {exc.msg}", Location(file, exc.lineno, exc.colno)
             )
+        ) from None
+    except NumberTooLongError as exc:
+        raise SessionError(
+            Diagnostic("session.number", str(exc), number_location(text, file, exc.offset))
         ) from None
     except RecursionError:
         deep = JsonText(file, text).too_deep(MAX_DEPTH)
@@ -399,8 +482,13 @@ def load_session(path: str | Path, *, max_bytes: int = MAX_BYTES) -> Session:
     try:
         data = read_bounded(p, max_bytes)
     except OSError as exc:
+        fifo = isinstance(exc, safefs.ReadRefused) and exc.reason == "not-regular"
         raise SessionError(
-            Diagnostic("io.read", f"cannot read session: {exc.strerror}", Location(str(p), 1, 1))
+            Diagnostic(
+                "io.not-regular-file" if fifo else "io.read",
+                f"cannot read session: {exc if fifo else exc.strerror or exc}",
+                Location(str(p), 1, 1),
+            )
         ) from None
     if data is None:
         raise SessionError(_size_diagnostic(p, max_bytes))
@@ -420,11 +508,17 @@ def load_session(path: str | Path, *, max_bytes: int = MAX_BYTES) -> Session:
 
 
 def read_bounded(path: Path, max_bytes: int) -> bytes | None:
-    """The bytes of the file at ``path``, or None when it holds more than ``max_bytes``; never
-    reads more than one byte past the limit (a file may be a pipe, or grow while read)."""
-    with path.open("rb") as fh:
-        data = fh.read(max_bytes + 1)
-    return None if len(data) > max_bytes else data
+    """The bytes of the regular file at ``path``, or None when it holds more than
+    ``max_bytes``; never reads more than one byte past the limit. A FIFO, device or
+    directory is refused without blocking (:func:`kilo_rules.safefs.read_regular`): a
+    session named ``/dev/stdin`` or a named pipe must not hang the reader. Raises
+    :class:`~kilo_rules.safefs.ReadRefused` (an :class:`OSError`) with the reason."""
+    try:
+        return safefs.read_regular(path, max_bytes=max_bytes)
+    except safefs.ReadRefused as exc:
+        if exc.reason == "too-large":
+            return None
+        raise
 
 
 def _size_diagnostic(path: Path, max_bytes: int) -> Diagnostic:

@@ -259,3 +259,61 @@ def test_invalid_utf8_file_is_located(tmp_path: Path) -> None:
     diag = info.value.diagnostic
     assert diag.code == "session.encoding"
     assert (diag.location.line, diag.location.col) == (2, ' "metadata": {"a": "x'.find("x") + 2)
+
+
+# -- hostile numbers, NULs and FIFOs ---------------------------------------------------------
+
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("created", HUGE),
+        ("created", "-" + HUGE),
+        ("created", "1" * 1001),
+        ("cost", HUGE + ".5"),
+        ("cost", "1e999"),
+    ],
+)
+def test_a_number_no_session_can_hold_is_located(where: str, value: str) -> None:
+    text = (
+        '{"version": 1, "id": "s",\n "messages": [\n'
+        f'  {{"id": "m", "role": "assistant", "{where}": {value}, "parts": []}}]}}'
+    )
+    with pytest.raises(SessionError) as err:
+        session_from_json(text)
+    d = err.value.diagnostic
+    assert d.code == "session.number"
+    assert (d.location.line, d.location.col) == (3, text.split("\n")[2].index(value) + 1)
+
+
+def test_a_thousand_digits_still_load() -> None:
+    text = '{"version": 1, "id": "s", "messages": [], "metadata": {"n": %s}}' % ("7" * 1000)
+    assert session_from_json(text).metadata["n"] == int("7" * 1000)
+
+
+def test_a_nul_in_the_working_directory_is_located() -> None:
+    text = '{"version": 1, "id": "s",\n "directory": "/w\\u0000x", "messages": []}'
+    with pytest.raises(SessionError) as err:
+        session_from_json(text)
+    d = err.value.diagnostic
+    assert d.code == "session.invalid" and "NUL" in d.message
+    assert (d.location.line, d.location.col) == (2, 15)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "s.json"
+    os.mkfifo(fifo)
+    # No writer ever opens the FIFO: a blocking open would hang this test for good.
+    with pytest.raises(SessionError) as err:
+        load_session(fifo)
+    assert err.value.diagnostic.code == "io.not-regular-file"
+    from kilo_rules.importers import read_session
+    from kilo_rules.safefs import ReadRefused
+
+    with pytest.raises(ReadRefused) as refused:
+        read_session(fifo)
+    assert refused.value.reason == "not-regular"

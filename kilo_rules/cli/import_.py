@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from .. import safefs
 from ..errors import Diagnostic, ImportFormatError, KiloRulesError, Location
 from ..importers import FORMATS, import_text
 from ..importers._source import decode, fail_size
+from ..load import read_error
 from ..session import MAX_BYTES, dump_session
 from . import _options as opt
 from ._runner import EXIT_OK, report
@@ -59,12 +60,16 @@ def run(args: argparse.Namespace) -> int:
     """Import the log and write the session."""
     name = "<stdin>" if args.file == "-" else str(args.file)
     try:
-        # At most one byte past the cap, from a file or a pipe alike.
+        # At most one byte past the cap. Stdin may be a pipe; a FILE named must be a
+        # regular file (a FIFO or device is refused without blocking).
         if args.file == "-":
             data = sys.stdin.buffer.read(MAX_BYTES + 1)
         else:
-            with Path(args.file).open("rb") as fh:
-                data = fh.read(MAX_BYTES + 1)
+            data = safefs.read_regular(args.file, max_bytes=MAX_BYTES)
+    except safefs.ReadRefused as exc:
+        if exc.reason != "too-large":
+            raise KiloRulesError(read_error(exc, name, what="")) from None
+        fail_size(name)
     except OSError as exc:
         raise _io_error("io.read", name, "read", exc) from exc
     if len(data) > MAX_BYTES:
@@ -80,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(out)
         return EXIT_OK
     try:
-        Path(args.output).write_text(out, encoding="utf-8")
+        # Whole or not at all: a run killed mid-write leaves the old file, never half a one.
+        safefs.write_atomic(args.output, out)
     except OSError as exc:
         raise _io_error("io.write", args.output, "write", exc) from exc
     return EXIT_OK

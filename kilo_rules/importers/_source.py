@@ -13,11 +13,18 @@ from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
 from ..errors import Diagnostic, ImportFormatError, Location
-from ..session import MAX_BYTES, MAX_DEPTH, problem_diagnostic
+from ..session import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    NumberTooLongError,
+    number_location,
+    parse_json,
+    problem_diagnostic,
+)
 from ..source import JsonPath, JsonText, json_problem
 
-# json.loads raises on these; a corrupted copy of a log must never escape as a traceback.
-_DECODE_ERRORS = (json.JSONDecodeError, RecursionError)
+# parse_json raises on these; a corrupted copy of a log must never escape as a traceback.
+_DECODE_ERRORS = (json.JSONDecodeError, RecursionError, NumberTooLongError)
 
 MAX_LOG_DEPTH = MAX_DEPTH - 10
 """How deeply a log may nest: an importer copies log values into a session a few levels
@@ -134,7 +141,9 @@ def load(text: str, file: str, prefer: Literal["json", "jsonl", "auto"] = "auto"
         fail("import.empty", "the file is empty", Location(file, 1, 1))
     if prefer != "jsonl":
         try:
-            value = json.loads(text)
+            value = parse_json(text)
+        except NumberTooLongError as exc:
+            _raise_decode(exc, JsonText(file, text))
         except _DECODE_ERRORS as exc:
             doc_error = exc
         else:
@@ -153,7 +162,7 @@ def load(text: str, file: str, prefer: Literal["json", "jsonl", "auto"] = "auto"
         if not line_text.strip():
             continue
         try:
-            value = json.loads(line_text)
+            value = parse_json(line_text)
         except _DECODE_ERRORS as exc:
             _raise_decode(exc, JsonText(file, line_text, number))
         records.append(Record(file, number, line_text, value))
@@ -164,7 +173,9 @@ def _first_line_is_json(text: str) -> bool:
     for line in _lines(text):
         if line.strip():
             try:
-                json.loads(line)
+                parse_json(line)
+            except NumberTooLongError:
+                return True  # JSON, with a number refused where the line is read
             except _DECODE_ERRORS:
                 return False
             return True
@@ -172,6 +183,12 @@ def _first_line_is_json(text: str) -> bool:
 
 
 def _raise_decode(exc: Exception, where: JsonText, hint: str | None = None) -> NoReturn:
+    if isinstance(exc, NumberTooLongError):
+        fail(
+            "import.number",
+            str(exc),
+            number_location(where.text, where.file, exc.offset, where.line),
+        )
     if isinstance(exc, json.JSONDecodeError):
         fail(
             "import.json",
@@ -220,7 +237,7 @@ def parse_embedded(text: str) -> tuple[Any, bool]:
     (value, True), or (None, False) when it does not parse or holds what a log may not
     (see :meth:`Source.check`): a model writes such text, and a bad one is kept as text."""
     try:
-        value = json.loads(text)
+        value = parse_json(text)
     except _DECODE_ERRORS:
         return None, False
     return (None, False) if json_problem(value, MAX_LOG_DEPTH, text) else (value, True)

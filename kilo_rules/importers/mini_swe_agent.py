@@ -34,7 +34,9 @@ NAME = "mini_swe_agent"
 DESCRIPTION = "mini-swe-agent trajectory (*.traj.json), v1 text actions and v2 tool_calls"
 
 _ACTION = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)  # mini-swe-agent 1.x's own regex
-_RETURNCODE = re.compile(r"<returncode>(-?\d+)</returncode>")
+# An exit status is a small number; a longer run of digits (a command's output can say
+# anything) is no return code, and int() of thousands of digits raises ValueError.
+_RETURNCODE = re.compile(r"<returncode>(-?\d{1,20})</returncode>")
 
 
 def sniff(src: Source) -> bool:

@@ -4,6 +4,7 @@ as Session v1."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -22,7 +23,11 @@ CASES = [(fmt, i) for fmt, samples in SAMPLES.items() for i in range(len(samples
 
 def check_import(fmt: str, records: list[Any], auto: bool) -> None:
     """Import ``records`` as ``fmt`` (or detected); assert the outcome is typed and located."""
-    text = log_text(fmt, records)
+    check_text(fmt, log_text(fmt, records), auto)
+
+
+def check_text(fmt: str, text: str, auto: bool) -> None:
+    """Import ``text`` as ``fmt`` (or detected); assert the outcome is typed and located."""
     try:
         session = import_text(text, fmt="auto" if auto else fmt, name="log.json")
     except KiloRulesError as exc:
@@ -43,3 +48,17 @@ def check_import(fmt: str, records: list[Any], auto: bool) -> None:
 def test_mutated_logs(fmt: str, index: int, data: st.DataObject, auto: bool) -> None:
     records = data.draw(mutated(SAMPLES[fmt][index], min_path=1))
     check_import(fmt, records, auto)
+
+
+@pytest.mark.parametrize(("fmt", "index"), CASES)
+@FUZZ
+@given(data=st.data(), auto=st.booleans())
+def test_huge_integers(fmt: str, index: int, data: st.DataObject, auto: bool) -> None:
+    """A run of digits anywhere in the log (a count, an id, inside tool-call arguments)
+    made thousands of digits long: refused as ``import.number`` where it stands, or kept
+    as text inside a string; never Python's untyped int-conversion ValueError."""
+    text = log_text(fmt, SAMPLES[fmt][index])
+    runs = [m.span() for m in re.finditer(r"\d+", text)] or [(0, 0)]
+    start, end = data.draw(st.sampled_from(runs))
+    digits = "7" * data.draw(st.sampled_from([1001, 4301, 5000, 20_000]))
+    check_text(fmt, text[:start] + digits + text[end:], auto)

@@ -3,6 +3,7 @@ one of the package's typed errors with a location in the text; never a traceback
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hypothesis import given
@@ -90,3 +91,23 @@ def test_random_json_like_text(text: str) -> None:
 
 def test_the_base_session_loads() -> None:
     assert len(session_from_json(dumps(SESSION)).messages) == 3
+
+
+#: Digit counts around the session bound (1,000) and Python's conversion limit (4,300).
+HUGE = st.sampled_from([999, 1000, 1001, 4300, 4301, 5000, 20_000])
+
+
+@st.composite
+def huge_int_text(draw: st.DrawFn, text: str) -> str:
+    """``text`` with one run of digits (a number, or digits inside a string) made huge."""
+    runs = [m.span() for m in re.finditer(r"\d+", text)] or [(0, 0)]
+    start, end = draw(st.sampled_from(runs))
+    digits = draw(st.sampled_from("123456789")) * draw(HUGE)
+    return text[:start] + digits + text[end:]
+
+
+@FUZZ
+@given(data=st.data(), indent=st.sampled_from([None, 1]))
+def test_huge_integers(data: st.DataObject, indent: int | None) -> None:
+    doc = data.draw(mutated(SESSION, max_mutations=1))
+    check_load(data.draw(huge_int_text(dumps(doc, indent=indent))))
