@@ -11,13 +11,13 @@ via ``Buffer.byteLength``, lengths in UTF-16 units), so previews and counts matc
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from . import safefs
 
 __all__ = [
     "DELEGATE_ADVICE",
@@ -121,15 +121,9 @@ def spill_path_for(spill_dir: Path, call_id: str) -> Path:
 
 def _write_spill(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Write-then-rename so that a reader never sees a half-written file.
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_utf8(text))
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # Whole or not at all, so that a reader never sees a half-written file; private (0600),
+    # as a tool's output may hold what only its user may read.
+    safefs.write_atomic(path, _utf8(text), mode=0o600)
 
 
 def truncate_output(

@@ -35,6 +35,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
+from . import safefs
 from .catalog import ModelInfo, bundled_catalog, model_from_data
 from .errors import Diagnostic, KiloRulesError, Location, PolicyError
 from .fleet import Executor, Outcome, Progress, expand_sessions, run_corpus
@@ -888,7 +889,7 @@ def _prepare(
                 header=[f"Candidate {c.index} of {spec.file}, written by kilo-rules tune."],
             )
             file = directory / f"{c.name}.yaml"
-            file.write_text(text, encoding="utf-8")
+            safefs.write_atomic(file, text)
             try:
                 compile_policy(file, spec.model)
             except KiloRulesError as exc:
@@ -1146,7 +1147,10 @@ def write_outputs(result: TuneResult, out_dir: str | Path) -> dict[str, Path]:
         extends, note = _winner_extends(spec, out)
         path = out / f"{spec.base_name}-tuned.yaml"
         calibrated = ", calibrated" if spec.calibrate else ""
-        path.write_text(
+        # Every output is written whole or not at all (a run killed mid-write leaves the old
+        # file): safefs.write_atomic renames a fully written temporary file into place.
+        safefs.write_atomic(
+            path,
             candidate_policy(
                 spec,
                 winner.candidate,
@@ -1156,15 +1160,14 @@ def write_outputs(result: TuneResult, out_dir: str | Path) -> dict[str, Path]:
                 description=f"{spec.base_name} tuned by kilo-rules tune on "
                 f"{_plural(len(result.sessions), 'session')} with {spec.model.id}{calibrated}.",
             ),
-            encoding="utf-8",
         )
         written["policy"] = path
         report["winner"]["file"] = str(path)
     json_path = out / "report.json"
-    json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    safefs.write_atomic(json_path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     written["json"] = json_path
     html_path = out / "report.html"
-    html_path.write_text(render_report_html(result), encoding="utf-8")
+    safefs.write_atomic(html_path, render_report_html(result))
     written["html"] = html_path
     return written
 

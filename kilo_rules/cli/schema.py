@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import safefs
 from ..jsonschemas import generated_schemas, render
 from ..load import schema_root
 from ._options import Subcommands, add_command
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             if current != text:
                 stale.append(name)
                 if args.write:
-                    target.write_text(text, encoding="utf-8")
+                    safefs.write_atomic(target, text)
         if args.check and stale:
             print(
                 f"stale schemas: {', '.join(stale)} (run kilo-rules schema --write)",

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import safefs
 from ..errors import Diagnostic, KiloRulesError, Location
 from . import _options as opt
 from ._runner import EXIT_DIAGNOSTICS, EXIT_OK
@@ -254,7 +255,8 @@ def _write_html(args: argparse.Namespace, doc: Mapping[str, Any]) -> None:
     from ..htmlreport import render_html
 
     try:
-        Path(args.html).write_text(render_html(doc), encoding="utf-8")
+        # Whole or not at all: a run killed mid-write leaves the old report, never half one.
+        safefs.write_atomic(args.html, render_html(doc))
     except OSError as exc:
         raise KiloRulesError(
             Diagnostic(
