@@ -700,14 +700,32 @@ _ROOTS_HINT = (
 )
 
 
+#: The longest path and file name the file system takes (Linux PATH_MAX and NAME_MAX, in
+#: bytes): a longer one names no file, and every system call on it fails.
+_MAX_PATH_BYTES = 4096
+_MAX_NAME_BYTES = 255
+
+
+def _path_problem(value: str) -> str | None:
+    """Why ``value`` can name no file (a NUL, a path or a name too long), or None."""
+    if "\x00" in value:
+        return "holds a NUL byte"
+    raw = value.encode("utf-8", "surrogatepass")
+    if len(raw) > _MAX_PATH_BYTES:
+        return f"is {len(raw):,} bytes long; a path is at most {_MAX_PATH_BYTES:,}"
+    if any(len(part) > _MAX_NAME_BYTES for part in raw.split(b"/")):
+        return f"has a name longer than {_MAX_NAME_BYTES} bytes"
+    return None
+
+
 def _ref(ctx: _Context, value: str, at: Location, what: str) -> sandbox.FileRef:
     """``value`` as a path the test file names, refused with a located diagnostic when it
-    holds what no path may (a NUL: ``test.path-invalid``) or lies outside the test file's
+    can name no file (a NUL, too long: ``test.path-invalid``) or lies outside the test file's
     roots, as written or once its symlinks are resolved (``test.path-outside-roots``)."""
-    if "\x00" in value:
-        raise _InvalidCaseError(
-            [Diagnostic("test.path-invalid", f"{what} path {value!r} holds a NUL byte", at)]
-        )
+    why = _path_problem(value)
+    if why is not None:
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        raise _InvalidCaseError([Diagnostic("test.path-invalid", f"{what} {shown!r} {why}", at)])
     ref = sandbox.FileRef(value, at, ctx.base)
     real, problem = sandbox.confine(ref, ctx.roots())
     if problem is not None:

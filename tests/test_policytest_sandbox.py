@@ -207,3 +207,26 @@ def test_a_directory_walk_follows_no_symlink_out_of_it(
     assert main(["test", str(tests), "--format", "json"]) == 2
     captured = capsys.readouterr()
     assert SECRET not in captured.out + captured.err
+
+
+def test_a_test_file_or_policy_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    tests, _ = _tree(tmp_path)
+    os.mkfifo(tests / "fifo.test.yaml")
+    # No writer ever opens the FIFOs: a blocking open would hang this test for good.
+    (f,) = run_test_file(tests / "fifo.test.yaml").files
+    assert [d.code for d in f.errors] == ["io.not-regular-file"]
+    os.mkfifo(tests / "fifo.yaml")
+    path = _case(tests, "- name: fifo policy\n  policy: ./fifo.yaml\n  expect: {}\n")
+    (d,) = run_test_file(path).diagnostics()
+    assert d.code == "policy.not-a-regular-file"
+
+
+def test_a_path_too_long_to_name_a_file_is_located(tmp_path: Path) -> None:
+    tests, _ = _tree(tmp_path)
+    long = "9" * 5000
+    path = _case(tests, f"- name: long\n  step: {{workspace: {{cwd: '{long}'}}}}\n  expect: {{}}\n")
+    (d,) = run_test_file(path).diagnostics()
+    assert d.code == "test.path-invalid"
+    assert d.location.line == _line_col(path, long)[0]
