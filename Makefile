@@ -29,14 +29,15 @@ fuzz: $(BIN)/kilo-rules
 	KILO_RULES_FUZZ_EXAMPLES=16667  $(FUZZ_RUN) tests/fuzz/test_fuzz_policy.py      # 6 tests
 	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_expr.py        # 4 tests
 	KILO_RULES_FUZZ_EXAMPLES=100000 $(FUZZ_RUN) tests/fuzz/test_fuzz_config.py      # 1 test
-	KILO_RULES_FUZZ_EXAMPLES=50000  $(FUZZ_RUN) tests/fuzz/test_fuzz_session.py     # 2 tests
+	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_session.py     # 3 tests
 	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_summarizer.py  # 3 tests
-	KILO_RULES_FUZZ_EXAMPLES=100000 $(FUZZ_RUN) tests/fuzz/test_fuzz_importers.py   # 1 per importer
+	KILO_RULES_FUZZ_EXAMPLES=50000  $(FUZZ_RUN) tests/fuzz/test_fuzz_importers.py   # 2 per importer
 	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_routes.py      # 4 tests
 	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_bundle.py      # 4 tests
 	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_simulate_report.py  # 3 tests
 	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_serve.py       # 3 tests
 	KILO_RULES_FUZZ_EXAMPLES=33334  $(FUZZ_RUN) tests/fuzz/test_fuzz_workspace_reads.py  # 3 tests
+	KILO_RULES_FUZZ_EXAMPLES=25000  $(FUZZ_RUN) tests/fuzz/test_fuzz_policytest.py  # 4 tests
 
 bench: $(BIN)/kilo-rules
 	$(BIN)/python benchmarks/bench_expr.py

@@ -466,3 +466,24 @@ def test_glob_spec_names_matches_as_glob_does(
     monkeypatch.chdir(tmp_path)
     for spec in ("d/*.yaml", "**/*.yaml", f"{tmp_path}/d/*.yaml", "*/x.yaml"):
         assert safefs.glob_spec(spec).matches == sorted(glob.glob(spec, recursive=True))  # noqa: PTH207
+
+
+@pytest.mark.parametrize(
+    "ws",
+    [
+        Workspace(cwd="/tmp/a\x00b"),
+        Workspace(cwd="/tmp", home="/h\x00"),
+        Workspace(cwd="/tmp/" + "a" * 5000),
+        Workspace(cwd="/tmp", root="/tmp/" + "r" * 300),
+    ],
+)
+def test_workspace_paths_no_file_can_have_are_warnings_not_errors(ws: Workspace) -> None:
+    settings = Instructions(
+        global_files=("~/" + "g" * 300,), project_files=("AGENTS.md",), globs=("*.md",)
+    )
+    found, _ = discover_instruction_files(settings, ws)
+    assert found == []
+    s = session(user("u1", "hi"), assistant("a1", _read_call("x\x00y.py"), finish="tool-calls"))
+    plan = compile_policy("kilo-default", model())
+    result = apply_plan(plan, s, StepInput(workspace=ws))
+    assert result.request

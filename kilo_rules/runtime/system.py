@@ -69,7 +69,7 @@ def find_up(name: str, start: Path, stop: Path | None) -> Path | None:
         return None
     while True:
         candidate = current / name
-        if candidate.is_file():
+        if os.path.isfile(candidate):  # noqa: PTH113 - False, not an OSError, for any bad name
             return candidate
         if current == limit or current.parent == current:
             return None
@@ -108,13 +108,16 @@ def discover_instruction_files(
     refuses them in a policy, and here they are skipped with a reason."""
     found: list[InstructionFile] = []
     skipped: list[str] = []
+    bad = [k for k in ("cwd", "root", "home") if "\x00" in (getattr(ws, k) or "")]
+    if bad:  # no file can have that name: nothing is looked up, and the trace says why
+        return [], [f"workspace {', '.join(bad)} holds a NUL byte; no instruction file read"]
     home = Path(ws.home) if ws.home else Path.home()
     for g in settings.global_files:
         if why := instruction_path_problem("global_files", g):
             skipped.append(f"global file {g!r} {why}")
             continue
         p = _expand(g, ws)
-        if p.exists():
+        if os.path.lexists(p):
             hit, why = _vet(p, home)
             if hit is not None:
                 found.append(hit)
