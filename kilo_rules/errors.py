@@ -118,6 +118,13 @@ class CatalogError(KiloRulesError):
     """The model catalog or an inline model descriptor is invalid, or a model is unknown."""
 
 
+class ModelUnservableError(CatalogError):
+    """The policy served does not compile for a model the caller described inline
+    (``model.unservable``): the caller's model is at fault for its own request, and the
+    revision stays in force for everyone else (``kilo_rules.store``). The compiler's
+    diagnostics are in the details' ``causes``."""
+
+
 class ExprError(KiloRulesError):
     """An expression does not parse or does not type-check."""
 

@@ -62,9 +62,11 @@ from .catalog import ModelInfo, bundled_catalog
 from .check import check_paths
 from .compile import compile_policy
 from .errors import (
+    CatalogError,
     Diagnostic,
     KiloRulesError,
     Location,
+    ModelUnservableError,
     NetworkError,
     StoreError,
 )
@@ -96,6 +98,8 @@ SourceKind = Literal["directory", "bundle", "url"]
 COPY_ATTEMPTS = 3
 #: Rounds of compiling models that were first asked for while a reload was compiling.
 _MODEL_ROUNDS = 3
+#: Compile diagnostics kept in the details of a ``model.unservable`` error.
+_MAX_CAUSES = 20
 #: Largest public key file read (an Ed25519 PEM is about 113 bytes).
 _MAX_KEY_BYTES = 64 * 1024
 #: Largest ``.json`` note kept beside a cached bundle.
@@ -302,6 +306,48 @@ def _model(model: str | ModelInfo) -> tuple[ModelInfo, str]:
     return _catalog_model(model)
 
 
+def _declared(routes: Routes) -> list[tuple[ModelInfo, str]]:
+    """The catalog models the operator's routes declare, which every revision is checked
+    against whoever has asked for what: each model a route names by id (``match: {id:
+    ...}``), and for every routed policy the first catalog model it serves, so that a
+    policy that compiles for no model is refused before anyone asks. An id the catalog does
+    not hold is left to ``check_routes``, which reports it."""
+    out: dict[str, tuple[ModelInfo, str]] = {}
+    for route in routes.spec.routes:
+        if route.match.id is None:
+            continue
+        try:
+            info, key = _catalog_model(route.match.id)
+        except KiloRulesError:
+            continue
+        out.setdefault(key, (info, key))
+    covered: set[str | Path] = set()
+    for info in bundled_catalog().models:
+        ref = routes.policy_for(info).policy
+        if ref not in covered:
+            covered.add(ref)
+            info, key = _catalog_model(info.id)
+            out.setdefault(key, (info, key))
+    return list(out.values())
+
+
+def _unservable(model: ModelInfo, diags: Sequence[Diagnostic]) -> ModelUnservableError:
+    """The error of a model described inline that the revision's policy does not compile
+    for: the caller's, located at the policy's first error, with every diagnostic kept."""
+    first = next((d for d in diags if d.severity == "error"), diags[0])
+    return ModelUnservableError(
+        Diagnostic(
+            "model.unservable",
+            f"the policy served cannot be built for the model {model.id!r} described inline: "
+            f"{first.message}",
+            first.location,
+            hint="describe a model this policy can serve (its window, its limits), or ask "
+            "for a catalog model",
+            details={"causes": [d.to_json() for d in diags[:_MAX_CAUSES]]},
+        )
+    )
+
+
 class _Revision:
     """One built revision: its files' directory, its routes, its resolved policies and the
     plans compiled from them. Immutable but for the plan cache and the hold count (the
@@ -322,6 +368,9 @@ class _Revision:
         self.routes = routes
         self.policies = dict(policies)
         self.plans: LRUCache[str, Plan] = LRUCache(max_models)
+        # Plans of models a caller described inline: cached apart, so that a caller sending
+        # new descriptors cannot push the operator's models out of ``plans``.
+        self.inline: LRUCache[str, Plan] = LRUCache(max_models)
         self.holders = 0
         self.retired = False
         self._compiling = threading.Lock()
@@ -340,16 +389,18 @@ class _Revision:
             )
         return compile_policy(policy, model)
 
-    def plan(self, key: str, model: ModelInfo) -> Plan:
-        """The plan of ``model``, compiled once per revision."""
-        hit = self.plans.get(key)
+    def plan(self, key: str, model: ModelInfo, *, inline: bool = False) -> Plan:
+        """The plan of ``model``, compiled once per revision (``inline``: a model a caller
+        described, kept in the cache of its own)."""
+        cache = self.inline if inline else self.plans
+        hit = cache.get(key)
         if hit is not None:
             return hit
         with self._compiling:  # one compile per model, however many steps ask at once
-            hit = self.plans.get(key)
+            hit = cache.get(key)
             if hit is None:
                 hit = self.compile(model)
-                self.plans.put(key, hit)
+                cache.put(key, hit)
             return hit
 
 
@@ -917,13 +968,21 @@ class PolicyStore:
 
     def _plan(self, rev: _Revision, model: str | ModelInfo) -> Plan:
         info, key = _model(model)
+        # A descriptor is the caller's own model: its plan is cached for this revision, but
+        # it is never remembered as in use, so no caller decides which revisions the
+        # operator can deploy (its compile error is that caller's answer alone).
+        inline = isinstance(model, ModelInfo)
         try:
-            plan = rev.plan(key, info)
+            plan = rev.plan(key, info, inline=inline)
         except KiloRulesError as exc:
-            raise type(exc)(list(_relabel(exc.diagnostics, rev.aliases))) from None
+            diags = _relabel(exc.diagnostics, rev.aliases)
+            if inline and not isinstance(exc, CatalogError):
+                raise _unservable(info, diags) from None
+            raise type(exc)(list(diags)) from None
         # Only a model that compiled is in use: one that fails here must not reject every
         # revision after it.
-        self._remember(key, info)
+        if not inline:
+            self._remember(key, info)
         return plan
 
     @contextlib.contextmanager
@@ -1065,10 +1124,16 @@ class PolicyStore:
         why = f"{first.location}: {first.message}" if first is not None else "refused"
         return ReloadResult(False, cur or "", cur, diags, f"rejected: {why}", candidate)
 
-    def _wanted(self) -> list[tuple[str, ModelInfo]]:
+    def _wanted(
+        self, declared: Sequence[tuple[ModelInfo, str]] = ()
+    ) -> list[tuple[str, ModelInfo]]:
+        """The models a revision must compile for: those its routes name by catalog id, the
+        preloaded ones and the catalog models in use. Never a model a caller described
+        inline (see :meth:`_plan`)."""
         with self._lock:
             in_use = list(self._models.items())
-        return list(dict([*((k, m) for m, k in self._preload), *in_use]).items())
+        named = [(k, m) for m, k in (*declared, *self._preload)]
+        return list(dict([*named, *in_use]).items())
 
     def _build(
         self, root: Path, revision: str, aliases: Mapping[str, str]
@@ -1117,9 +1182,10 @@ class PolicyStore:
         if errors:
             raise StoreError([*errors, *diags])
         rev = _Revision(revision, root, routes, policies, self.settings.max_models, aliases)
+        declared = _declared(routes)
         done: set[str] = set()
         for _ in range(_MODEL_ROUNDS):
-            todo = [(k, m) for k, m in self._wanted() if k not in done]
+            todo = [(k, m) for k, m in self._wanted(declared) if k not in done]
             if not todo:
                 break
             for key, model in todo:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import kilo_rules.store as store_module
+from kilo_rules.catalog import bundled_catalog
 from kilo_rules.plan import Plan
 
 from ..runtime.helpers import assistant, session, text, user
@@ -54,6 +55,12 @@ BROKEN = {
 }
 
 MARKER = re.compile(r"MARKER<([^>]*)>")
+
+#: The catalog model every revision of a tree is compiled for before anyone asks: the first
+#: catalog model its one routed policy serves (PolicyStore checks each routed policy so).
+FIRST = bundled_catalog().models[0].id
+#: A catalog model of the tree's claude route other than :data:`FIRST`.
+SONNET = "anthropic/claude-sonnet-4-5"
 
 SESSION = session(
     user("u1", "hello"),

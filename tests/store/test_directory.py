@@ -21,7 +21,9 @@ from kilo_rules.sandbox import allow_read
 
 from ..runtime.helpers import model
 from .helpers import (
+    FIRST,
     SESSION,
+    SONNET,
     Compiles,
     break_tree,
     compiles,
@@ -35,7 +37,6 @@ __all__ = ["compiles"]  # the fixture, imported for pytest
 DECISIONS = json.loads(
     (Path(__file__).resolve().parents[2] / "schemas" / "decisions.v1.json").read_text()
 )
-SONNET = "anthropic/claude-sonnet-4-5"
 
 
 @pytest.fixture
@@ -135,35 +136,35 @@ def test_the_compile_error_of_a_model_in_use_rejects_the_revision(tree: Path) ->
 
 def test_an_unchanged_revision_is_not_compiled_again(tree: Path, compiles: Compiles) -> None:
     with PolicyStore.from_directory(tree) as store:
-        assert compiles.count == 0  # nothing in use yet
-        store.plan_for(model())
-        store.plan_for(model())
-        store.apply(SESSION, model())
-        assert compiles.count == 1  # once per (revision, model)
+        assert compiles.calls == [FIRST]  # the routed policy, before anyone asks
+        store.plan_for(SONNET)
+        store.plan_for(SONNET)
+        store.apply(SESSION, SONNET)
+        assert compiles.calls == [FIRST, SONNET]  # once per (revision, model)
 
         assert store.reload().reason == "unchanged"
         write_tree(tree, "A", tail=2)  # the same bytes written again: new mtimes
         again = store.reload()
         assert again.reason == "unchanged" and not again.swapped
-        assert compiles.count == 1
+        assert compiles.count == 2
 
         write_tree(tree, "B")
         assert store.reload().swapped
-        assert compiles.count == 2  # the model in use, compiled before the swap
-        store.apply(SESSION, model())
-        assert compiles.count == 2
+        assert compiles.calls[2:] == [FIRST, SONNET]  # the model in use, before the swap
+        store.apply(SESSION, SONNET)
+        assert compiles.count == 4
         assert store.stats().reloads == 4
 
 
 def test_preloaded_models_compile_at_every_reload(tree: Path, compiles: Compiles) -> None:
     settings = StoreSettings(preload=(SONNET,))
     with PolicyStore.from_directory(tree, settings=settings) as store:
-        assert compiles.calls == [SONNET]
+        assert compiles.calls == [FIRST, SONNET]
         store.plan_for(SONNET)
-        assert compiles.count == 1
+        assert compiles.count == 2
         write_tree(tree, "B")
         assert store.reload().swapped
-        assert compiles.calls == [SONNET, SONNET]
+        assert compiles.calls == [FIRST, SONNET, FIRST, SONNET]
         # A preloaded model that no longer compiles rejects the revision.
         break_tree(tree, "compile")
         assert store.reload().rejected
@@ -175,14 +176,16 @@ def test_an_unknown_preloaded_model_is_refused_at_once(tree: Path) -> None:
 
 
 def test_models_in_use_are_bounded(tree: Path, compiles: Compiles) -> None:
-    ids = [m.id for m in bundled_catalog().models if m.family == "claude"][:3]
+    ids = [m.id for m in bundled_catalog().models if m.family == "claude" and m.id != FIRST][:3]
     with PolicyStore.from_directory(tree, settings=StoreSettings(max_models=2)) as store:
         for mid in ids:
             store.plan_for(mid)
         write_tree(tree, "B")
         before = compiles.count
         assert store.reload().swapped
-        assert compiles.calls[before:] == ids[1:]  # the least recently used is forgotten
+        # The routed policy's first model, then those in use: the least recently used is
+        # forgotten.
+        assert compiles.calls[before:] == [FIRST, *ids[1:]]
 
 
 # --------------------------------------------------------------- snapshots and files
@@ -297,21 +300,21 @@ def test_a_missing_directory_is_unavailable_until_it_appears(tmp_path: Path) -> 
 
 
 def test_a_model_whose_compile_fails_is_not_remembered(tree: Path, compiles: Compiles) -> None:
-    break_tree(tree, "compile")
+    other = next(m.id for m in bundled_catalog().models if m.id not in (FIRST, SONNET))
     (tree / "team.yaml").write_text(
-        "version: 1\nname: team\noverrides:\n  - when: 'model.id == \"test/model\"'\n"
+        f"version: 1\nname: team\noverrides:\n  - when: 'model.id == \"{SONNET}\"'\n"
         '    set:\n      cache:\n        when: "session.turns > 3"\n'
     )
     with PolicyStore.from_directory(tree) as store:
         with pytest.raises(PolicyError) as info:
-            store.plan_for(model())
+            store.plan_for(SONNET)
         assert str(store.work_dir) not in str(info.value)  # shown as the source's file
         assert info.value.diagnostic.location.file == str(tree / "team.yaml")
-        store.plan_for(SONNET)
+        store.plan_for(other)
         write_tree(tree, "B")
         before = compiles.count
         assert store.reload().swapped  # not held back by the model that never compiled
-        assert compiles.calls[before:] == [SONNET]
+        assert compiles.calls[before:] == [FIRST, other]
 
 
 # --------------------------------------------------------------------- results, API

@@ -18,7 +18,16 @@ from kilo_rules.store import backoff_delay
 
 from ..hostile_server import running
 from ..runtime.helpers import model
-from .helpers import SESSION, BundleServer, Compiles, compiles, marker_of, wait_for, write_tree
+from .helpers import (
+    SESSION,
+    SONNET,
+    BundleServer,
+    Compiles,
+    compiles,
+    marker_of,
+    wait_for,
+    write_tree,
+)
 
 __all__ = ["compiles"]  # the fixture, imported for pytest
 
@@ -57,20 +66,20 @@ def test_a_304_costs_no_download_and_no_compile(
     with PolicyStore.from_url(server.url, cache_dir=cache, settings=LOCAL) as store:
         assert store.revision and server.statuses == [200]
         assert server.seen == [None]  # nothing cached yet: no ETag to send
-        assert marker_of(store.apply(SESSION, model()).body()) == "A"
-        assert compiles.count == 1
+        assert marker_of(store.apply(SESSION, SONNET).body()) == "A"
+        assert compiles.count == 2  # the routed policy's first model, and the one asked for
 
         result = store.reload()
         assert result.reason == "not modified (304)" and not result.swapped
         assert server.seen[-1] == server.etag and server.statuses[-1] == 304
-        assert compiles.count == 1
+        assert compiles.count == 2
         assert store.stats().last_error is None
 
         server.publish(bundle_bytes(tmp_path, "B"))
         result = store.reload()
         assert result.swapped and server.statuses[-1] == 200
-        assert compiles.count == 2  # the model in use, before the swap
-        assert marker_of(store.apply(SESSION, model()).body()) == "B"
+        assert compiles.count == 4  # both again, before the swap
+        assert marker_of(store.apply(SESSION, SONNET).body()) == "B"
 
         # The last good bundle and its ETag are kept for a cold start.
         kept = {p.suffix: p for p in cache.iterdir()}
