@@ -1,10 +1,12 @@
 """Policy bundles: a policy directory packed as one gzipped tarball, with a revision and,
 optionally, an Ed25519 signature (as OPA's bundles carry theirs).
 
-A bundle holds the directory's files, ``manifest.json`` (each file's SHA-256 and the
-revision, a hash of those) and, once signed, ``manifest.sig``: an Ed25519 signature over
-the exact bytes of ``manifest.json``. Signing the manifest signs every file, since the
-manifest pins each file's digest. docs/bundles.md describes the format.
+A bundle holds the directory's files, ``manifest.json`` (each file's SHA-256, the
+revision, a hash of those, a revision number that grows with every release and optionally
+an expiry) and, once signed, ``manifest.sig``: an Ed25519 signature over the exact bytes of
+``manifest.json``. Signing the manifest signs every file, since the manifest pins each
+file's digest, and it signs the number and the expiry, which a policy store uses to refuse
+an older bundle replayed or an expired one. docs/bundles.md describes the format.
 
 Everything a bundle holds is untrusted. The reader here is written for that:
 
@@ -37,10 +39,12 @@ import re
 import secrets
 import shutil
 import stat
+import time
 import unicodedata
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -64,6 +68,7 @@ __all__ = [
     "MAX_MEMBERS",
     "MAX_PATH_BYTES",
     "MAX_RATIO",
+    "MAX_REVISION_NUMBER",
     "MAX_SIGNATURE_BYTES",
     "MAX_TAR_BYTES",
     "MAX_TOTAL_BYTES",
@@ -72,9 +77,12 @@ __all__ = [
     "BundleError",
     "Manifest",
     "build_bundle",
+    "default_revision_number",
     "directory_revision",
+    "expires_at_text",
     "extract_bundle",
     "generate_keypair",
+    "parse_expires_at",
     "path_problem",
     "revision_of",
     "sign_bundle",
@@ -83,7 +91,12 @@ __all__ = [
 
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+"""The manifest version :func:`build_bundle` writes: 2 carries ``revision_number`` (and
+optionally ``expires_at``). Version 1, without them, is still read (an unnumbered bundle)."""
+_VERSIONS = (1, MANIFEST_VERSION)
+MAX_REVISION_NUMBER = 2**63 - 1
+"""The largest revision number (a signed 64-bit integer, as other tools store it)."""
 
 MAX_FILES = 1000
 """Files a bundle (or a directory given to :func:`directory_revision`) may hold."""
@@ -131,6 +144,8 @@ _TYPES = {
 _MAGICS = (b"ustar\x0000", b"ustar  \x00")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _REVISION = re.compile(r"sha256:[0-9a-f]{64}")
+# RFC 3339 in UTC only ("Z"): one spelling, so a signed expiry reads one way everywhere.
+_EXPIRES = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
 # C0 and C1 controls and DEL: never in a file name a bundle writes (a terminal escape, a
 # newline that splits a listing), and lone surrogates, which are not UTF-8.
 _BAD_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\\\\\ud800-\udfff]")
@@ -145,31 +160,83 @@ _FLAGS_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
 
 @dataclass(frozen=True)
 class Manifest:
-    """What a bundle holds: each file's SHA-256 and the revision those digests make.
+    """What a bundle holds: each file's SHA-256, the revision those digests make, and the
+    release's revision number and expiry.
 
     The revision is a hash of the files' names and contents only (not of the tarball, its
-    order or its timestamps), so the same directory always has the same revision."""
+    order or its timestamps), so the same directory always has the same revision. The
+    revision number orders releases: a policy store refuses a bundle whose number is not
+    above the one it serves (docs/bundles.md, "Rollback")."""
 
     version: int
     revision: str
     """``sha256:<hex>`` over the sorted ``path NUL digest LF`` lines of :attr:`files`."""
     files: Mapping[str, str]
     """POSIX path relative to the bundle root → SHA-256 hex of its bytes, sorted by path."""
+    revision_number: int = 0
+    """1 to :data:`MAX_REVISION_NUMBER` (version 2); 0 for an unnumbered (version 1)
+    manifest, and for :func:`directory_revision`."""
+    expires_at: datetime | None = None
+    """When the manifest stops being accepted (UTC, version 2 only), or None."""
+    where: Mapping[str, Location] = field(default_factory=dict, compare=False, repr=False)
+    """Where each top-level key is written in ``manifest.json`` (a manifest read from a
+    bundle), for diagnostics about its values."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(sorted(self.files.items()))))
+        object.__setattr__(self, "where", MappingProxyType(dict(self.where)))
+        numbered = self.revision_number != 0
+        if numbered != (self.version >= 2):
+            raise ValueError("a version 2 manifest has a revision number, version 1 none")
+        if not 0 <= self.revision_number <= MAX_REVISION_NUMBER:
+            raise ValueError(f"revision number out of range: {self.revision_number}")
+        if self.expires_at is not None and (
+            self.version < 2 or self.expires_at.utcoffset() is None
+        ):
+            raise ValueError("an expiry is a timezone-aware datetime in a version 2 manifest")
 
     def __hash__(self) -> int:
-        return hash((self.version, self.revision))
+        return hash((self.version, self.revision, self.revision_number))
+
+    def expired(self, now: datetime | None = None) -> bool:
+        """Whether the manifest's expiry has passed at ``now`` (default: the current time)."""
+        if self.expires_at is None:
+            return False
+        return (now if now is not None else datetime.now(UTC)) >= self.expires_at
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as ``manifest.json`` holds it."""
-        return {"version": self.version, "revision": self.revision, "files": dict(self.files)}
+        out: dict[str, Any] = {"version": self.version, "revision": self.revision}
+        if self.version >= 2:
+            out["revision_number"] = self.revision_number
+        if self.expires_at is not None:
+            out["expires_at"] = expires_at_text(self.expires_at)
+        out["files"] = dict(self.files)
+        return out
 
     def dumps(self) -> bytes:
         """The bytes of ``manifest.json`` as :func:`build_bundle` writes them."""
         text = json.dumps(self.to_json(), indent=2, ensure_ascii=False)
         return (text + "\n").encode("utf-8")
+
+
+def expires_at_text(when: datetime) -> str:
+    """``when`` as a manifest writes it: RFC 3339 in UTC, ``2026-01-31T12:00:00Z`` (whole
+    seconds unless it has a fraction)."""
+    if when.utcoffset() is None:
+        raise ValueError("an expiry needs a timezone")
+    utc = when.astimezone(UTC)
+    spec = "seconds" if utc.microsecond == 0 else "microseconds"
+    return utc.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
+
+
+def parse_expires_at(text: str) -> datetime:
+    """An expiry as a manifest (or ``--expires-at``) writes it: RFC 3339 in UTC with a
+    ``Z`` (``2026-01-31T12:00:00Z``, optionally with up to 6 fractional digits). Raises
+    ValueError for anything else."""
+    if not _EXPIRES.fullmatch(text):
+        raise ValueError(f"not an RFC 3339 UTC time such as 2026-01-31T12:00:00Z: {text!r}")
+    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
 
 
 def revision_of(files: Mapping[str, str]) -> str:
@@ -180,8 +247,11 @@ def revision_of(files: Mapping[str, str]) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _manifest(files: Mapping[str, str]) -> Manifest:
-    return Manifest(MANIFEST_VERSION, revision_of(files), files)
+def _manifest(
+    files: Mapping[str, str], number: int = 0, expires_at: datetime | None = None
+) -> Manifest:
+    version = MANIFEST_VERSION if number else 1
+    return Manifest(version, revision_of(files), files, number, expires_at)
 
 
 # -- failures -------------------------------------------------------------------------------
@@ -471,18 +541,66 @@ def _bundle_members(
     yield from sorted(files.items())
 
 
-def build_bundle(root: Path, out: Path) -> Manifest:
+def _check_number(number: int) -> None:
+    if type(number) is not int or not 1 <= number <= MAX_REVISION_NUMBER:
+        _fail(
+            "bundle.revision-number",
+            f"a revision number is an integer from 1 to {MAX_REVISION_NUMBER}, not {number!r}",
+            Location("<bundle>", 1, 1),
+        )
+
+
+def _check_expiry(when: datetime | None) -> None:
+    if when is not None and when.utcoffset() is None:
+        _fail("bundle.expired", "an expiry needs a timezone (UTC)", Location("<bundle>", 1, 1))
+
+
+def _previous_number(bundle: Path) -> int:
+    """The revision number of the bundle at ``bundle``, or 0 when there is none (or it
+    cannot be read as one): only a default is derived from it, never trust."""
+    try:
+        if not Path(bundle).is_file():
+            return 0
+        return _parse_manifest(_read_bundle(bundle)).revision_number
+    except (BundleError, OSError):
+        return 0
+
+
+def default_revision_number(previous: Path | None = None, now: float | None = None) -> int:
+    """The revision number a bundle gets when none is given: the current Unix time in
+    seconds (``now``, default the clock), or one more than the number of the bundle at
+    ``previous`` (the release it replaces) when that is not lower. It grows from release
+    to release on one machine, and across machines as far as their clocks agree; give
+    ``revision_number`` explicitly (a CI build number) when releases are cut faster than
+    one a second or from several places."""
+    clock = int(now if now is not None else time.time())
+    before = _previous_number(previous) if previous is not None else 0
+    return min(max(clock, before + 1, 1), MAX_REVISION_NUMBER)
+
+
+def build_bundle(
+    root: Path,
+    out: Path,
+    *,
+    revision_number: int | None = None,
+    expires_at: datetime | None = None,
+) -> Manifest:
     """Pack the policy directory ``root`` (the files :func:`directory_revision` lists) into
     the bundle ``out``, unsigned; returns its manifest.
 
-    The tarball is deterministic: the same directory gives a byte-identical file. When
-    ``out`` lies under ``root`` it is left out of the bundle."""
+    The manifest carries ``revision_number`` (default :func:`default_revision_number` with
+    the bundle already at ``out`` as the previous release) and, when given, ``expires_at``.
+    The tarball is deterministic: the same directory and number give a byte-identical
+    file. When ``out`` lies under ``root`` it is left out of the bundle."""
     root, out = Path(root), Path(out)
     skip: str | None = None
     with contextlib.suppress(OSError, ValueError):
         skip = out.resolve().relative_to(root.resolve()).as_posix()
     files = _read_directory(root, skip)
-    manifest = _manifest(_digests(files))
+    number = revision_number if revision_number is not None else default_revision_number(out)
+    _check_number(number)
+    _check_expiry(expires_at)
+    manifest = _manifest(_digests(files), number, expires_at)
     _write_atomic(out, _pack(_bundle_members(manifest.dumps(), None, files)))
     return manifest
 
@@ -725,15 +843,39 @@ def _parse_manifest(contents: _Contents) -> Manifest:
         bad(f"{MANIFEST} is not valid JSON: {exc}")
     if not isinstance(data, dict):
         bad(f"{MANIFEST} is not a JSON object")
+    if "version" not in data:
+        bad(f"{MANIFEST} has no 'version'")
+    version = data["version"]
+    if type(version) is not int or version not in _VERSIONS:
+        bad(f"unsupported manifest version {version!r} (this reads versions 1 and 2)", ("version",))
+    # Version 1 has no revision number: anything but its three keys is unknown there.
+    required = ("version", "revision", "files") + (("revision_number",) if version >= 2 else ())
+    allowed = (*required, "expires_at") if version >= 2 else required
     for key in data:
-        if key not in ("version", "revision", "files"):
-            bad(f"unknown key {key!r} in {MANIFEST}", (key,))
-    for key in ("version", "revision", "files"):
+        if key not in allowed:
+            bad(f"unknown key {key!r} in a version {version} {MANIFEST}", (key,))
+    for key in required:
         if key not in data:
             bad(f"{MANIFEST} has no {key!r}")
-    version, revision, files = data["version"], data["revision"], data["files"]
-    if type(version) is not int or version != MANIFEST_VERSION:
-        bad(f"unsupported manifest version {version!r} (this reads version 1)", ("version",))
+    revision, files = data["revision"], data["files"]
+    number = data.get("revision_number", 0)
+    if version >= 2 and (type(number) is not int or not 1 <= number <= MAX_REVISION_NUMBER):
+        bad(
+            f"the revision number is not an integer from 1 to {MAX_REVISION_NUMBER}",
+            ("revision_number",),
+        )
+    expires_at: datetime | None = None
+    if "expires_at" in data:
+        raw = data["expires_at"]
+        try:
+            if not isinstance(raw, str):
+                raise ValueError("not a string")
+            expires_at = parse_expires_at(raw)
+        except ValueError:
+            bad(
+                "expires_at is not an RFC 3339 UTC time such as 2026-01-31T12:00:00Z",
+                ("expires_at",),
+            )
     if not isinstance(revision, str) or not _REVISION.fullmatch(revision):
         bad("the revision is not 'sha256:' and 64 lowercase hex digits", ("revision",))
     if not isinstance(files, dict):
@@ -754,7 +896,8 @@ def _parse_manifest(contents: _Contents) -> Manifest:
             expected=revision_of(files),
             found=revision,
         )
-    return Manifest(version, revision, files)
+    where = {k: source.locate((k,)) for k in ("revision", "revision_number", "expires_at")}
+    return Manifest(version, revision, files, number, expires_at, where)
 
 
 def _check_members(contents: _Contents, manifest: Manifest) -> None:
@@ -890,7 +1033,25 @@ def generate_keypair() -> tuple[bytes, bytes]:
 # -- the public operations ------------------------------------------------------------------
 
 
-def _verified(bundle: Path, public_key_pem: bytes | None) -> tuple[_Contents, Manifest]:
+def _expired(manifest: Manifest, now: datetime | None) -> None:
+    if manifest.expired(now):
+        assert manifest.expires_at is not None
+        _fail(
+            "bundle.expired",
+            f"the manifest expired at {expires_at_text(manifest.expires_at)}",
+            manifest.where.get("expires_at", Location(MANIFEST, 1, 1)),
+            hint="publish a new bundle (kilo-rules bundle build --expires-at ...), signed",
+            expires_at=expires_at_text(manifest.expires_at),
+        )
+
+
+def _verified(
+    bundle: Path,
+    public_key_pem: bytes | None,
+    now: datetime | None = None,
+    *,
+    fresh: bool = True,
+) -> tuple[_Contents, Manifest]:
     # The key is loaded first: a bad key is the caller's problem, whatever the bundle holds.
     key = None if public_key_pem is None else _public_key(public_key_pem)
     contents = _read_bundle(bundle)
@@ -898,33 +1059,72 @@ def _verified(bundle: Path, public_key_pem: bytes | None) -> tuple[_Contents, Ma
         _check_signature(contents, key)
     manifest = _parse_manifest(contents)
     _check_members(contents, manifest)
+    if fresh:
+        _expired(manifest, now)
     return contents, manifest
 
 
-def verify_bundle(bundle: Path, public_key_pem: bytes | None = None) -> Manifest:
+def verify_bundle(
+    bundle: Path, public_key_pem: bytes | None = None, *, now: datetime | None = None
+) -> Manifest:
     """Check the bundle and return its manifest; nothing is written.
 
     The tarball must hold only regular files with acceptable names within the size caps,
     ``manifest.json`` must be well-formed, its revision must recompute from the digests it
     lists, every member must match its digest and none may be missing or unlisted. With
     ``public_key_pem``, ``manifest.sig`` must also be present (``bundle.unsigned``) and a
-    valid Ed25519 signature of ``manifest.json`` by that key (``bundle.signature``)."""
-    return _verified(bundle, public_key_pem)[1]
+    valid Ed25519 signature of ``manifest.json`` by that key (``bundle.signature``). A
+    manifest whose ``expires_at`` is not after ``now`` (default: the current time) is
+    refused (``bundle.expired``)."""
+    return _verified(bundle, public_key_pem, now)[1]
 
 
-def sign_bundle(bundle: Path, private_key_pem: bytes, out: Path | None = None) -> None:
+def sign_bundle(
+    bundle: Path,
+    private_key_pem: bytes,
+    out: Path | None = None,
+    *,
+    revision_number: int | None = None,
+    expires_at: datetime | None = None,
+) -> Manifest:
     """Sign ``bundle`` with an Ed25519 private key: ``manifest.sig`` is added (a signature
     already there is replaced) and the tarball rewritten deterministically to ``out``
-    (default: in place, atomically). The bundle is verified first: a bundle that does not
-    match its manifest is never signed."""
+    (default: in place, atomically); returns the manifest signed. The bundle is verified
+    first: a bundle that does not match its manifest is never signed.
+
+    The manifest keeps the revision number and expiry it was built with unless
+    ``revision_number`` or ``expires_at`` replace them (the signature then covers the new
+    ones); an unnumbered (version 1) bundle is numbered as :func:`build_bundle` would,
+    with the bundle at ``out`` as the previous release. An expired manifest is signed only
+    with a new ``expires_at``."""
     key = _private_key(private_key_pem)
-    contents, _ = _verified(bundle, None)
-    signature = base64.b64encode(key.sign(contents.manifest)) + b"\n"
-    data = _pack(_bundle_members(contents.manifest, signature, contents.files))
-    _write_atomic(Path(out if out is not None else bundle), data)
+    target = Path(out if out is not None else bundle)
+    contents, manifest = _verified(bundle, None, fresh=expires_at is None)
+    if revision_number is not None or expires_at is not None or manifest.revision_number == 0:
+        number = revision_number
+        if number is None:
+            number = manifest.revision_number or default_revision_number(target)
+        _check_number(number)
+        _check_expiry(expires_at)
+        manifest = _manifest(
+            manifest.files, number, expires_at if expires_at is not None else manifest.expires_at
+        )
+        _expired(manifest, None)
+        raw = manifest.dumps()
+    else:
+        raw = contents.manifest  # signed byte for byte as it was built
+    signature = base64.b64encode(key.sign(raw)) + b"\n"
+    _write_atomic(target, _pack(_bundle_members(raw, signature, contents.files)))
+    return manifest
 
 
-def extract_bundle(bundle: Path, dest: Path, public_key_pem: bytes | None = None) -> Manifest:
+def extract_bundle(
+    bundle: Path,
+    dest: Path,
+    public_key_pem: bytes | None = None,
+    *,
+    now: datetime | None = None,
+) -> Manifest:
     """Verify ``bundle`` (see :func:`verify_bundle`), then write its files under ``dest``.
 
     The files are written into a new temporary directory beside ``dest`` and renamed to
@@ -933,7 +1133,7 @@ def extract_bundle(bundle: Path, dest: Path, public_key_pem: bytes | None = None
     path made of components already checked; the manifest and signature are not written,
     so ``directory_revision(dest)`` gives the bundle's revision again."""
     dest = Path(dest)
-    contents, manifest = _verified(bundle, public_key_pem)
+    contents, manifest = _verified(bundle, public_key_pem, now)
     try:
         occupied = dest.is_symlink() or (
             dest.exists() and (not dest.is_dir() or any(dest.iterdir()))

@@ -201,6 +201,12 @@ class StoreSettings(BaseSettings):
         description="The bundle URL's host may resolve to a private or loopback address "
         "(an internal bundle server); that host only.",
     )
+    allow_rollback: bool = Field(
+        False,
+        description="Accept a bundle whose revision number is not above the one served (or "
+        "that has none after a numbered one was): going back to an older release on purpose. "
+        "Without it such a bundle is refused (bundle.rollback).",
+    )
 
     @field_validator("preload", mode="before")
     @classmethod
@@ -766,6 +772,91 @@ def _read_key(path: Path | None) -> bytes | None:
     return data
 
 
+class _RollbackGuard:
+    """The revision number a bundle source last served, kept in ``path`` (beside the cached
+    bundle) so that it outlives the process: a bundle is refused unless its number is above
+    it, or it is that very revision again (a cold start from the cached copy). A bundle
+    without a number (a version 1 manifest) counts as 0: it is accepted only while nothing
+    numbered has been served."""
+
+    def __init__(self, path: Path, label: str) -> None:
+        self.path = path
+        self.label = label
+        self.number, self.revision = self._load()
+
+    def _load(self) -> tuple[int, str | None]:
+        raw = _read_regular(self.path, _MAX_META_BYTES)
+        try:
+            data = json.loads(raw) if raw is not None else None
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or data.get("source") != self.label:
+            return 0, None
+        number, revision = data.get("revision_number"), data.get("revision")
+        if type(number) is not int or number < 0 or not isinstance(revision, str):
+            _log.warning("ignoring %s: not a served-revision record", self.path)
+            return 0, None
+        return number, revision
+
+    def refusal(self, manifest: Manifest) -> Diagnostic | None:
+        """Why ``manifest`` may not replace what was served, or None when it may."""
+        number, served = manifest.revision_number, self.number
+        if served == 0 or number > served:
+            return None
+        if number == served and manifest.revision == self.revision:
+            return None
+        where = manifest.where
+        at = where.get("revision_number") or where.get("revision") or Location(self.label, 1, 1)
+        if number == 0:
+            message = (
+                f"the bundle has no revision number (a version 1 manifest), and revision "
+                f"number {served} ({self.revision}) has been served"
+            )
+        elif number == served:
+            message = (
+                f"revision number {number} already names {self.revision}, not "
+                f"{manifest.revision}: a number names one release"
+            )
+        else:
+            message = (
+                f"revision number {number} is older than {served}, the one served "
+                f"({self.revision}): a bundle replayed or rolled back is refused"
+            )
+        return Diagnostic(
+            "bundle.rollback",
+            message,
+            at,
+            hint="publish the release with a higher revision number (kilo-rules bundle build "
+            "--revision N), or set allow_rollback (KILO_RULES_STORE_ALLOW_ROLLBACK, serve "
+            "--allow-rollback) to go back on purpose",
+            details={
+                "revision_number": number,
+                "served_number": served,
+                "served_revision": self.revision,
+            },
+        )
+
+    def record(self, manifest: Manifest) -> None:
+        """Remember ``manifest`` as the one served, on disk too (atomically)."""
+        self.number, self.revision = manifest.revision_number, manifest.revision
+        data = {
+            "source": self.label,
+            "revision": manifest.revision,
+            "revision_number": manifest.revision_number,
+        }
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _write_atomic(self.path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
+        except OSError as exc:
+            # The revision serves; only a restart loses the number it would refuse below.
+            _log.warning("cannot record the served revision in %s: %s", self.path, exc)
+
+
+def _guard_path(cache_dir: Path, kind: str, label: str) -> Path:
+    name = hashlib.sha256(f"{kind}\0{label}".encode()).hexdigest()[:32]
+    return Path(cache_dir).expanduser().absolute() / f"{name}.served.json"
+
+
 def _with_source(settings: StoreSettings | None, **source: Any) -> StoreSettings:
     base = settings if settings is not None else StoreSettings.model_construct()
     return base.model_copy(update={"directory": None, "bundle": None, "url": None, **source})
@@ -794,6 +885,15 @@ class PolicyStore:
     ) -> None:
         self.settings = settings
         self._source = source
+        # A directory is the operator's own files, unnumbered; a bundle is a release that
+        # must not be replaced by an older one.
+        self._guard = (
+            None
+            if source.kind == "directory"
+            else _RollbackGuard(
+                _guard_path(settings.cache_dir, source.kind, source.label), source.label
+            )
+        )
         # The operator's roots in force now: the background thread has a context of its own.
         self._read_roots = sandbox.operator_roots()
         self._preload = [_model(m) for m in settings.preload]
@@ -1100,6 +1200,11 @@ class PolicyStore:
                 return ReloadResult(False, here, cur, (), "unchanged", revision), False
             root = dest.resolve()
             aliases = {**aliases, **self._source.aliases(root)}
+            guard = self._guard
+            refusal = None if guard is None else guard.refusal(staged.manifest)
+            if refusal is not None and not self.settings.allow_rollback:
+                self._source.settle(False, revision)
+                return self._rejection(cur, revision, _relabel([refusal], aliases)), False
             try:
                 rev, diags = self._build(root, revision, aliases)
             except KiloRulesError as exc:
@@ -1107,6 +1212,8 @@ class PolicyStore:
                 return self._rejection(cur, revision, _relabel(exc.diagnostics, aliases)), False
             kept = True
             self._swap(rev)
+            if guard is not None:
+                guard.record(staged.manifest)
             self._source.settle(True, revision)
             reason = "new revision" + (f" {staged.note}" if staged.note else "")
             result = ReloadResult(True, revision, cur, _relabel(diags, aliases), reason, revision)

@@ -13,6 +13,7 @@ import sys
 import tarfile
 import zlib
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,12 @@ from kilo_rules.bundle import (
     BundleError,
     Manifest,
     build_bundle,
+    default_revision_number,
     directory_revision,
+    expires_at_text,
     extract_bundle,
     generate_keypair,
+    parse_expires_at,
     revision_of,
     sign_bundle,
     verify_bundle,
@@ -127,7 +131,7 @@ def _listing(root: Path) -> list[str]:
 def test_build_verify_extract_round_trip(tmp_path: Path, policy: Path) -> None:
     out = tmp_path / "b.tar.gz"
     manifest = build_bundle(policy, out)
-    assert manifest.version == 1
+    assert manifest.version == 2 and manifest.revision_number > 0
     assert list(manifest.files) == ["p.yaml", "prompts/agent.md", "routes.yaml"]
     assert manifest.files["p.yaml"] == _sha(POLICY.encode())
     assert manifest.revision.startswith("sha256:") and len(manifest.revision) == 71
@@ -138,7 +142,8 @@ def test_build_verify_extract_round_trip(tmp_path: Path, policy: Path) -> None:
     assert (dest / "prompts" / "agent.md").read_text(encoding="utf-8") == PROMPT
     assert _listing(dest) == ["p.yaml", "prompts", "prompts/agent.md", "routes.yaml"]
     # What is extracted gives the bundle's revision back.
-    assert directory_revision(dest) == manifest
+    assert directory_revision(dest).revision == manifest.revision
+    assert directory_revision(dest).files == manifest.files
     # No temporary directory is left beside dest.
     assert _listing(tmp_path / "deploy") == _listing(dest.parent)
     assert [p.name for p in (tmp_path / "deploy").iterdir()] == ["rev1"]
@@ -176,14 +181,14 @@ def test_an_empty_directory_bundles(tmp_path: Path) -> None:
 
 def test_two_builds_are_byte_identical(tmp_path: Path, policy: Path) -> None:
     a, b = tmp_path / "a.tar.gz", tmp_path / "b.tar.gz"
-    assert build_bundle(policy, a) == build_bundle(policy, b)
+    assert build_bundle(policy, a, revision_number=7) == build_bundle(policy, b, revision_number=7)
     assert a.read_bytes() == b.read_bytes()
     # Another copy, elsewhere, written later and with other modes: the same bytes.
     copy = _policy_dir(tmp_path / "elsewhere" / "copy")
     os.utime(copy / "p.yaml", (1, 1))
     (copy / "p.yaml").chmod(0o600)
     c = tmp_path / "c.tar.gz"
-    build_bundle(copy, c)
+    build_bundle(copy, c, revision_number=7)
     assert c.read_bytes() == a.read_bytes()
 
 
@@ -244,8 +249,8 @@ def test_directory_skips_dot_files_symlinks_and_its_own_files(tmp_path: Path, po
 
 
 def test_an_output_inside_the_directory_is_left_out(policy: Path) -> None:
-    first = build_bundle(policy, policy / "self.tar.gz")
-    second = build_bundle(policy, policy / "self.tar.gz")
+    first = build_bundle(policy, policy / "self.tar.gz", revision_number=3)
+    second = build_bundle(policy, policy / "self.tar.gz", revision_number=3)
     assert first == second and "self.tar.gz" not in second.files
 
 
@@ -484,11 +489,31 @@ def test_a_manifest_edited_is_refused(tmp_path: Path, built: Path) -> None:
     assert _code(exc) == "bundle.digest"
 
 
+def _v2(number: object, expires: str | None = None) -> str:
+    """A version 2 manifest of no files, the number on line 3 and the expiry on line 4."""
+    files = {}
+    revision = revision_of(files)
+    lines = ['{"version": 2,', f' "revision": "{revision}",', f' "revision_number": {number},']
+    if expires is not None:
+        lines.append(f' "expires_at": {expires},')
+    return "\n".join([*lines, ' "files": {}}'])
+
+
 @pytest.mark.parametrize(
     ("text", "line", "message"),
     [
         ('{"version": 1,\n "files": {}\n', 3, "Expecting"),
-        ('{"version": 2, "revision": "x", "files": {}}', 1, "unsupported manifest version"),
+        ('{"version": 3, "revision": "x", "files": {}}', 1, "unsupported manifest version"),
+        ('{"version": 2, "revision": "x", "files": {}}', 1, "has no 'revision_number'"),
+        ('{"version": 1,\n "revision_number": 3}', 2, "unknown key 'revision_number'"),
+        ('{"version": 1,\n "expires_at": "2999-01-01T00:00:00Z"}', 2, "unknown key 'expires_at'"),
+        (_v2(0), 3, "revision number is not an integer"),
+        (_v2("true"), 3, "revision number is not an integer"),
+        (_v2('"5"'), 3, "revision number is not an integer"),
+        (_v2(2**63), 3, "revision number is not an integer"),
+        (_v2(5, '"2999-01-01T00:00:00+01:00"'), 4, "expires_at is not an RFC 3339 UTC time"),
+        (_v2(5, '"2999-02-30T00:00:00Z"'), 4, "expires_at is not an RFC 3339 UTC time"),
+        (_v2(5, "1700000000"), 4, "expires_at is not an RFC 3339 UTC time"),
         ('{"version": true, "revision": "x", "files": {}}', 1, "unsupported manifest version"),
         ('{"version": 1, "files": {}}', 1, "has no 'revision'"),
         ('{"version": 1, "version": 1}', 1, "appears twice"),
@@ -794,3 +819,123 @@ def test_cli_docs_list_the_bundle_commands() -> None:
     page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     for action in ("build", "sign", "verify", "keygen"):
         assert f"kilo-rules bundle {action}" in page
+
+
+# ---------------------------------------------------------------- revision numbers, expiry
+
+
+def test_the_revision_number_and_expiry_are_in_the_signed_manifest(
+    tmp_path: Path, policy: Path, keys: tuple[bytes, bytes]
+) -> None:
+    private, public = keys
+    out = tmp_path / "b.tar.gz"
+    expires = datetime(2999, 1, 31, 12, tzinfo=UTC)
+    built = build_bundle(policy, out, revision_number=42, expires_at=expires)
+    doc = json.loads(dict(_members(out))[MANIFEST])
+    assert doc["version"] == 2 and doc["revision_number"] == 42
+    assert doc["expires_at"] == "2999-01-31T12:00:00Z"
+    assert sign_bundle(out, private) == built  # the number it was built with, signed
+    assert verify_bundle(out, public) == built
+    # A number raised after signing is a manifest that is no longer the one signed.
+    members = _members(out)
+    raised = members[0][1].replace(b'"revision_number": 42', b'"revision_number": 43')
+    bad = _rebuilt(tmp_path, [(MANIFEST, raised), *members[1:]])
+    with pytest.raises(BundleError) as exc:
+        verify_bundle(bad, public)
+    assert _code(exc) == "bundle.signature"
+    longer = members[0][1].replace(b"2999-01-31", b"3999-01-31")
+    bad = _rebuilt(tmp_path, [(MANIFEST, longer), *members[1:]], "y.tar.gz")
+    with pytest.raises(BundleError) as exc:
+        verify_bundle(bad, public)
+    assert _code(exc) == "bundle.signature"
+
+
+def test_sign_replaces_the_number_and_expiry_only_when_asked(
+    tmp_path: Path, policy: Path, keys: tuple[bytes, bytes]
+) -> None:
+    private, public = keys
+    out = tmp_path / "b.tar.gz"
+    build_bundle(policy, out, revision_number=5)
+    later = datetime(2999, 6, 1, tzinfo=UTC)
+    signed = sign_bundle(out, private, tmp_path / "s.tar.gz", revision_number=9, expires_at=later)
+    assert (signed.revision_number, signed.expires_at) == (9, later)
+    assert verify_bundle(tmp_path / "s.tar.gz", public) == signed
+    assert verify_bundle(out).revision_number == 5  # the input is left as it was
+    # An unnumbered (version 1) bundle is numbered when it is signed.
+    legacy = _rebuilt(tmp_path, _members(out), "legacy.tar.gz")
+    digests = verify_bundle(out).files
+    v1 = Manifest(1, revision_of(digests), digests).dumps()
+    legacy = _rebuilt(tmp_path, [(MANIFEST, v1), *_members(out)[1:]], "legacy.tar.gz")
+    assert verify_bundle(legacy).revision_number == 0
+    assert sign_bundle(legacy, private).revision_number >= 1
+    with pytest.raises(BundleError) as exc:
+        build_bundle(policy, out, revision_number=0)
+    assert _code(exc) == "bundle.revision-number"
+
+
+def test_the_default_number_follows_the_clock_and_the_bundle_it_replaces(
+    tmp_path: Path, policy: Path
+) -> None:
+    out = tmp_path / "b.tar.gz"
+    assert default_revision_number(out, now=1_700_000_000.9) == 1_700_000_000
+    build_bundle(policy, out, revision_number=2_000_000_000)
+    # Over a bundle numbered beyond the clock, the next is one more than it ...
+    assert default_revision_number(out, now=1_700_000_000) == 2_000_000_001
+    assert build_bundle(policy, out).revision_number == 2_000_000_001
+    assert build_bundle(policy, out).revision_number == 2_000_000_002
+    # ... and anything at the output that is not a bundle is no previous release.
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not a bundle")
+    assert default_revision_number(junk, now=7) == 7
+
+
+def test_an_expired_manifest_is_refused_located(tmp_path: Path, policy: Path) -> None:
+    out = tmp_path / "b.tar.gz"
+    until = datetime(2030, 1, 1, tzinfo=UTC)
+    build_bundle(policy, out, revision_number=3, expires_at=until)
+    assert verify_bundle(out, now=datetime(2029, 12, 31, tzinfo=UTC)).expires_at == until
+    for now in (until, datetime(2031, 1, 1, tzinfo=UTC)):
+        with pytest.raises(BundleError) as exc:
+            verify_bundle(out, now=now)
+        diag = exc.value.diagnostic
+        assert diag.code == "bundle.expired"
+        assert diag.location.file == f"{out}!/{MANIFEST}" and diag.location.line == 5
+        with pytest.raises(BundleError):
+            extract_bundle(out, tmp_path / "dest", now=now)
+        assert not (tmp_path / "dest").exists()
+
+
+def test_expiry_times_are_rfc3339_utc_only() -> None:
+    assert parse_expires_at("2026-01-31T12:00:00Z") == datetime(2026, 1, 31, 12, tzinfo=UTC)
+    assert parse_expires_at("2026-01-31T12:00:00.5Z").microsecond == 500_000
+    for bad in ("2026-01-31T12:00:00+00:00", "2026-01-31", "2026-02-30T00:00:00Z", " x"):
+        with pytest.raises(ValueError):
+            parse_expires_at(bad)
+    assert expires_at_text(datetime(2026, 1, 31, 13, tzinfo=timezone(timedelta(hours=1)))) == (
+        "2026-01-31T12:00:00Z"
+    )
+
+
+def test_cli_sets_the_revision_number_and_expiry(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _policy_dir(in_tmp / "pol")
+    argv = ["bundle", "build", "pol", "-o", "b.tar.gz", "--revision", "42"]
+    assert main([*argv, "--expires-at", "2999-01-01T00:00:00Z"]) == EXIT_OK
+    assert "revision number 42, expires 2999-01-01T00:00:00Z" in capsys.readouterr().err
+    assert main(["bundle", "build", "pol", "-o", "b.tar.gz"]) == EXIT_OK  # over it: higher
+    assert verify_bundle(in_tmp / "b.tar.gz").revision_number > 42
+    assert main(["bundle", "keygen", "--out-dir", "keys"]) == EXIT_OK
+    sign = ["bundle", "sign", "b.tar.gz", "--key", "keys/bundle.key", "--revision", "7"]
+    assert main(sign) == EXIT_OK
+    assert "revision number 7" in capsys.readouterr().err
+    assert main(["bundle", "verify", "b.tar.gz", "--pubkey", "keys/bundle.pub"]) == EXIT_OK
+    assert "revision number 7" in capsys.readouterr().err
+    for bad, said in (
+        (["--revision", "0"], "a revision number is 1 to"),
+        (["--revision", "x"], "not a whole number"),
+        (["--expires-at", "tomorrow"], "not an RFC 3339 UTC time"),
+    ):
+        assert main(["bundle", "build", "pol", "-o", "c.tar.gz", *bad]) == EXIT_USAGE
+        assert said in capsys.readouterr().err
+    assert not (in_tmp / "c.tar.gz").exists()

@@ -1,9 +1,14 @@
 """``kilo-rules bundle build|sign|verify|keygen``: policy bundles (docs/bundles.md).
 
-``build DIR -o FILE`` packs a policy directory and prints its revision; ``sign FILE --key
-PRIVATE.pem [-o OUT]`` adds an Ed25519 signature; ``verify FILE [--pubkey PUBLIC.pem]``
-checks a bundle (and its signature, given a key) and prints its revision; ``keygen
---out-dir DIR`` writes a key pair, ``bundle.key`` (mode 0600) and ``bundle.pub``.
+``build DIR -o FILE [--revision N] [--expires-at TIME]`` packs a policy directory and
+prints its revision; ``sign FILE --key PRIVATE.pem [-o OUT] [--revision N] [--expires-at
+TIME]`` adds an Ed25519 signature; ``verify FILE [--pubkey PUBLIC.pem]`` checks a bundle
+(and its signature, given a key) and prints its revision; ``keygen --out-dir DIR`` writes a
+key pair, ``bundle.key`` (mode 0600) and ``bundle.pub``.
+
+The revision number orders releases (a store refuses one not above the one it serves):
+``--revision N``, or by default the Unix time in seconds, or one more than the number of
+the bundle already at the output when that is higher (docs/bundles.md, "Rollback").
 
 A bundle that fails a check exits 1 with the located diagnostic on stderr; a file that
 cannot be read or written, a key that cannot be loaded, or a missing ``cryptography``
@@ -15,12 +20,17 @@ import argparse
 import dataclasses
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from ..bundle import (
+    MAX_REVISION_NUMBER,
     BundleError,
+    Manifest,
     build_bundle,
+    expires_at_text,
     generate_keypair,
+    parse_expires_at,
     sign_bundle,
     verify_bundle,
 )
@@ -33,6 +43,47 @@ _USAGE_CODES = frozenset({"bundle.io", "bundle.key", "bundle.cryptography-missin
 
 PRIVATE_KEY = "bundle.key"
 PUBLIC_KEY = "bundle.pub"
+
+
+def _number(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_REVISION_NUMBER:
+        raise argparse.ArgumentTypeError(f"a revision number is 1 to {MAX_REVISION_NUMBER}")
+    return value
+
+
+def _expiry(text: str) -> datetime:
+    try:
+        return parse_expires_at(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _release_options(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--revision",
+        type=_number,
+        metavar="N",
+        help=f"the release's revision number, signed with the manifest ({default})",
+    )
+    p.add_argument(
+        "--expires-at",
+        type=_expiry,
+        metavar="TIME",
+        help="when the manifest stops being accepted, RFC 3339 UTC (2026-01-31T12:00:00Z)",
+    )
+
+
+def _describe(manifest: Manifest) -> str:
+    out = (
+        f"revision number {manifest.revision_number}" if manifest.revision_number else "unnumbered"
+    )
+    if manifest.expires_at is not None:
+        out += f", expires {expires_at_text(manifest.expires_at)}"
+    return out
 
 
 def register(sub: opt.Subcommands) -> None:
@@ -56,6 +107,10 @@ def register(sub: opt.Subcommands) -> None:
     )
     b.add_argument("dir", metavar="DIR", help="the policy directory")
     b.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write")
+    _release_options(
+        b,
+        "default: the Unix time in seconds, or one more than the bundle already at FILE",
+    )
     b.set_defaults(handler=run_build)
 
     s = opt.add_command(
@@ -68,6 +123,7 @@ def register(sub: opt.Subcommands) -> None:
     s.add_argument("file", metavar="FILE", help="the bundle to sign")
     s.add_argument("--key", required=True, metavar="PRIVATE.pem", help="the private key")
     s.add_argument("-o", "--output", metavar="OUT", help="write here (default: FILE, in place)")
+    _release_options(s, "default: the one it was built with")
     s.set_defaults(handler=run_sign)
 
     v = opt.add_command(
@@ -116,11 +172,19 @@ def _read_key(path: str) -> bytes:
 def run_build(args: argparse.Namespace) -> int:
     """Build the bundle and print its revision."""
     try:
-        manifest = build_bundle(Path(args.dir), Path(args.output))
+        manifest = build_bundle(
+            Path(args.dir),
+            Path(args.output),
+            revision_number=args.revision,
+            expires_at=args.expires_at,
+        )
     except BundleError as exc:
         return _refused(exc)
     print(manifest.revision)
-    print(f"{args.output}: {len(manifest.files)} file(s), unsigned", file=sys.stderr)
+    print(
+        f"{args.output}: {len(manifest.files)} file(s), {_describe(manifest)}, unsigned",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -129,12 +193,17 @@ def run_sign(args: argparse.Namespace) -> int:
     key = _read_key(args.key)
     out = Path(args.output) if args.output else None
     try:
-        sign_bundle(Path(args.file), key, out)
+        sign_bundle(
+            Path(args.file), key, out, revision_number=args.revision, expires_at=args.expires_at
+        )
         manifest = verify_bundle(out or Path(args.file))
     except BundleError as exc:
         return _refused(exc, args.key)
     print(manifest.revision)
-    print(f"{out or args.file}: signed, {len(manifest.files)} file(s)", file=sys.stderr)
+    print(
+        f"{out or args.file}: signed, {len(manifest.files)} file(s), {_describe(manifest)}",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -147,7 +216,10 @@ def run_verify(args: argparse.Namespace) -> int:
         return _refused(exc, args.pubkey)
     signature = "signature valid" if key else "signature not checked (no --pubkey)"
     print(manifest.revision)
-    print(f"{args.file}: valid, {len(manifest.files)} file(s), {signature}", file=sys.stderr)
+    print(
+        f"{args.file}: valid, {len(manifest.files)} file(s), {_describe(manifest)}, {signature}",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 

@@ -1,6 +1,8 @@
 """Bundles made of hostile bytes: random bytes, a real bundle's tar headers mutated (with
 their checksums mended, so the mutation reaches the checks past them), mutated manifests,
-and random members of every tar type under random names.
+and random members of every tar type under random names. Manifests are mutated in both
+versions: 1 (unnumbered) and 2 (a revision number and an expiry, which a store trusts to
+refuse a rollback, so a mutated one must never read as another valid value).
 
 ``verify_bundle`` and ``extract_bundle`` end in a manifest or a ``BundleError`` located at
 the bundle, never anything else; a refused bundle writes nothing, and an accepted one
@@ -13,6 +15,7 @@ import gzip
 import hashlib
 import json
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +46,19 @@ FILES = {
 }
 
 
-def _manifest(files: dict[str, bytes]) -> Manifest:
+#: Far enough ahead that no run of the fuzzer sees it expire.
+EXPIRES = datetime(2999, 1, 1, tzinfo=UTC)
+
+
+def _manifest(files: dict[str, bytes], version: int = 2) -> Manifest:
     digests = {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
-    return Manifest(1, revision_of(digests), digests)
+    if version == 1:
+        return Manifest(1, revision_of(digests), digests)
+    return Manifest(2, revision_of(digests), digests, 41, EXPIRES)
 
 
 MANIFEST_DOC: dict[str, Any] = _manifest(FILES).to_json()
+MANIFEST_V1_DOC: dict[str, Any] = _manifest(FILES, 1).to_json()
 
 
 def _header(name: bytes, size: int, kind: bytes = b"0", magic: bytes = b"ustar\x0000") -> bytes:
@@ -119,7 +129,11 @@ def check(data: bytes) -> None:
             return
         written = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if not p.is_dir())
         assert written == sorted(manifest.files)
-        assert directory_revision(dest) == manifest
+        assert directory_revision(dest).revision == manifest.revision
+        # What was accepted is what a manifest may say, whatever the mutation made of it.
+        assert manifest.version in (1, 2)
+        assert (manifest.revision_number == 0) == (manifest.version == 1)
+        assert manifest.expires_at is None or manifest.expires_at.tzinfo is not None
         assert sorted(p.name for p in box.iterdir()) == ["b.tar.gz", "out"]
         assert [p.name for p in (box / "out").iterdir()] == ["dest"]
 
@@ -207,8 +221,50 @@ def test_mutated_tar_headers(data: bytes) -> None:
 # ---------------------------------------------------------------- mutated manifests
 
 
+_NUMBERS = st.one_of(
+    st.integers(),
+    st.sampled_from([0, 1, -1, 2**63 - 1, 2**63, 10**400, True, 1.0, "41", None]),
+)
+_TIMES = st.one_of(
+    st.text(alphabet="0123456789-:TZ.+ ", max_size=30),
+    st.sampled_from(
+        [
+            "2999-01-01T00:00:00Z",
+            "2999-01-01T00:00:00.123456Z",
+            "2999-01-01T00:00:00.1234567Z",
+            "2999-01-01T00:00:00+00:00",
+            "2999-02-30T00:00:00Z",
+            "2999-01-01 00:00:00Z",
+            "2000-01-01T00:00:00Z",
+            "9999-12-31T23:59:59Z",
+            "0000-01-01T00:00:00Z",
+            "",
+        ]
+    ),
+    st.integers(),
+    st.none(),
+)
+
+
+@st.composite
+def numbered_manifests(draw: st.DrawFn) -> dict[str, Any]:
+    """A version 2 manifest whose number and expiry are anything JSON can say."""
+    doc = dict(MANIFEST_DOC)
+    doc["revision_number"] = draw(_NUMBERS)
+    if draw(st.booleans()):
+        doc["expires_at"] = draw(_TIMES)
+    else:
+        doc.pop("expires_at")
+    doc["version"] = draw(st.sampled_from([2, 2, 1, 3]))
+    return doc
+
+
 @FUZZ
-@given(doc=mutated(MANIFEST_DOC), signed=st.booleans(), indent=st.sampled_from([None, 2]))
+@given(
+    doc=st.one_of(mutated(MANIFEST_DOC), mutated(MANIFEST_V1_DOC), numbered_manifests()),
+    signed=st.booleans(),
+    indent=st.sampled_from([None, 2]),
+)
 def test_mutated_manifests(doc: Any, signed: bool, indent: int | None) -> None:
     raw = dumps(doc, indent=indent).encode("utf-8")
     if signed:
@@ -279,3 +335,5 @@ def test_the_base_bundle_is_valid() -> None:
         bundle.write_bytes(gzip.compress(BASE_TAR, mtime=0))
         assert verify_bundle(bundle, PUBLIC) == _manifest(FILES)
     assert json.loads(_manifest(FILES).dumps()) == MANIFEST_DOC
+    assert MANIFEST_DOC["revision_number"] == 41
+    assert MANIFEST_DOC["expires_at"] == "2999-01-01T00:00:00Z"

@@ -8,6 +8,7 @@ every request as ``MARKER<...>``, so a request tells which revision built it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import threading
 import time
@@ -59,6 +60,9 @@ MARKER = re.compile(r"MARKER<([^>]*)>")
 #: The catalog model every revision of a tree is compiled for before anyone asks: the first
 #: catalog model its one routed policy serves (PolicyStore checks each routed policy so).
 FIRST = bundled_catalog().models[0].id
+#: Revision numbers for the bundles the tests build, one above the other in build order
+#: (the default, the Unix time in seconds, repeats within a second).
+RELEASES = itertools.count(1)
 #: A catalog model of the tree's claude route other than :data:`FIRST`.
 SONNET = "anthropic/claude-sonnet-4-5"
 

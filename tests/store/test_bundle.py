@@ -13,7 +13,7 @@ from kilo_rules import PolicyStore, StoreError, StoreSettings
 from kilo_rules.bundle import build_bundle, generate_keypair, sign_bundle
 
 from ..runtime.helpers import model
-from .helpers import SESSION, marker_of, wait_for, write_tree
+from .helpers import RELEASES, SESSION, marker_of, wait_for, write_tree
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def make_bundle(tmp: Path, marker: str, name: str, key: bytes | None = None) -> 
     tree = tmp / f"tree-{name}"
     write_tree(tree, marker)
     out = tmp / f"{name}.tar.gz"
-    build_bundle(tree, out)
+    build_bundle(tree, out, revision_number=next(RELEASES))
     if key is not None:
         sign_bundle(out, key)
     return out

@@ -19,6 +19,7 @@ from kilo_rules.store import backoff_delay
 from ..hostile_server import running
 from ..runtime.helpers import model
 from .helpers import (
+    RELEASES,
     SESSION,
     SONNET,
     BundleServer,
@@ -44,7 +45,7 @@ def bundle_bytes(tmp: Path, marker: str, key: bytes | None = None) -> bytes:
     tree = tmp / f"tree-{marker}"
     write_tree(tree, marker)
     out = tmp / f"{marker}.tar.gz"
-    build_bundle(tree, out)
+    build_bundle(tree, out, revision_number=next(RELEASES))
     if key is not None:
         sign_bundle(out, key)
     return out.read_bytes()
@@ -82,10 +83,15 @@ def test_a_304_costs_no_download_and_no_compile(
         assert marker_of(store.apply(SESSION, SONNET).body()) == "B"
 
         # The last good bundle and its ETag are kept for a cold start.
-        kept = {p.suffix: p for p in cache.iterdir()}
+        kept = {p.suffix: p for p in cache.iterdir() if not p.name.endswith(".served.json")}
         assert kept[".gz"].read_bytes() == server.body
         meta = json.loads(kept[".json"].read_text())
         assert meta == {"url": server.url, "etag": server.etag, "revision": store.revision}
+        # Beside them, the revision number served, which an older bundle must exceed.
+        [served] = cache.glob("*.served.json")
+        record = json.loads(served.read_text())
+        assert record["source"] == server.url and record["revision"] == store.revision
+        assert record["revision_number"] > 0
 
 
 def test_a_failing_server_backs_off_then_recovers(tmp_path: Path, server: BundleServer) -> None:
