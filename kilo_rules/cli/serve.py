@@ -117,6 +117,12 @@ def register(sub: Subcommands) -> None:
     source.add_argument(
         "--cache-dir", metavar="DIR", help="where a fetched bundle is kept (with --url)"
     )
+    source.add_argument(
+        "--allow-rollback",
+        action="store_true",
+        help="accept a bundle whose revision number is not above the one served "
+        "(KILO_RULES_STORE_ALLOW_ROLLBACK)",
+    )
     reload = source.add_mutually_exclusive_group()
     reload.add_argument(
         "--watch", action="store_true", help="reload the directory when it changes (with --dir)"
@@ -455,6 +461,8 @@ def open_store(args: argparse.Namespace) -> PolicyStore:
         given["public_key"] = Path(args.public_key)
     if args.cache_dir:
         given["cache_dir"] = Path(args.cache_dir)
+    if args.allow_rollback:
+        given["allow_rollback"] = True
     settings = settings.model_copy(update=given)
     if args.dir:
         store = PolicyStore.from_directory(Path(args.dir), settings=settings)

@@ -208,3 +208,23 @@ def test_token_files_and_default_hosts(tmp_path: Path) -> None:
     assert default_hosts("0.0.0.0", 8080) == ["localhost:8080", "127.0.0.1:8080", "[::1]:8080"]
     assert default_hosts("10.1.2.3", 80)[0] == "10.1.2.3:80"
     assert default_hosts("::1", 80)[:2] == ["[::1]:80", "localhost:80"]
+
+
+def test_allow_rollback_reaches_the_store_settings(tmp_path: Path) -> None:
+    import argparse
+
+    from kilo_rules.cli.serve import open_store
+
+    policies = tmp_path / "p"
+    policies.mkdir()
+    (policies / "team.yaml").write_text(
+        "version: 1\nname: team\nextends: kilo-default\n", encoding="utf-8"
+    )
+    base = {"dir": str(policies), "bundle": None, "url": None, "public_key": None}
+    base |= {"cache_dir": None, "watch": False, "poll": None}
+    for flag in (False, True):
+        store = open_store(argparse.Namespace(**base, allow_rollback=flag))
+        try:
+            assert store.settings.allow_rollback is flag
+        finally:
+            store.close()
