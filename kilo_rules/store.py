@@ -58,10 +58,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from . import sandbox
 from .bundle import MAX_BUNDLE_BYTES, MAX_FILE_BYTES, Manifest, directory_revision, extract_bundle
+from .cancel import CancelToken, cancellable
 from .catalog import ModelInfo, bundled_catalog
 from .check import check_paths
 from .compile import compile_policy
 from .errors import (
+    CancellationError,
     CatalogError,
     Diagnostic,
     KiloRulesError,
@@ -76,8 +78,8 @@ from .plan import Plan
 from .resolve import ResolvedPolicy, bundled_root, resolve_policy
 from .routes import ROUTES_FILE, RouteChoice, Routes, load_routes
 from .runtime.apply import TurnResult, apply_plan
-from .runtime.context import StepInput
-from .session import Session
+from .runtime.context import StepInput, Workspace
+from .session import Message, Session, TextPart, ToolDefinition, ToolPart
 
 __all__ = [
     "PolicyStore",
@@ -98,6 +100,9 @@ SourceKind = Literal["directory", "bundle", "url"]
 COPY_ATTEMPTS = 3
 #: Rounds of compiling models that were first asked for while a reload was compiling.
 _MODEL_ROUNDS = 3
+#: Seconds one model's canary request may take before the revision is refused: a policy
+#: that makes a short session's request that slow would time its clients out.
+CANARY_SECONDS = 10.0
 #: Compile diagnostics kept in the details of a ``model.unservable`` error.
 _MAX_CAUSES = 20
 #: Largest public key file read (an Ed25519 PEM is about 113 bytes).
@@ -335,6 +340,65 @@ def _declared(routes: Routes) -> list[tuple[ModelInfo, str]]:
             info, key = _catalog_model(info.id)
             out.setdefault(key, (info, key))
     return list(out.values())
+
+
+#: The session every revision builds one request of, for every model it is checked against,
+#: before it may serve: a task, a tool call and its result, as every agent's first steps.
+#: A policy that compiles but raises while applied (a value read per step that divides by
+#: zero, a rule that contradicts itself for one model) is refused here, not by its callers.
+CANARY_SESSION = Session(
+    id="ses_canary",
+    messages=[
+        Message(
+            id="msg_canary_1",
+            role="user",
+            created=1_700_000_000_000,
+            parts=[TextPart(id="prt_canary_1", text="Run the tests and fix what fails.")],
+        ),
+        Message(
+            id="msg_canary_2",
+            role="assistant",
+            created=1_700_000_001_000,
+            parent_id="msg_canary_1",
+            finish="tool-calls",
+            parts=[
+                TextPart(id="prt_canary_2", text="Running the tests first."),
+                ToolPart(
+                    id="prt_canary_3",
+                    call_id="call_canary_1",
+                    tool="bash",
+                    input={"command": "pytest -q"},
+                    output="1 failed, 12 passed",
+                ),
+            ],
+        ),
+    ],
+    tools=[ToolDefinition(name="bash", description="Run a shell command.")],
+)
+
+
+def _no_fetch(url: str, timeout: float, max_bytes: int) -> str:
+    # A canary reads nothing beyond the revision: an instruction URL is a warning.
+    raise OSError(f"the revision check does not fetch {url}")
+
+
+def _canary_failed(model: ModelInfo, rev: _Revision, exc: Exception) -> Diagnostic:
+    """The diagnostic of a revision whose plan for ``model`` raised on the canary."""
+    route_at = rev.routes.policy_for(model).at
+    if isinstance(exc, CancellationError):
+        cause, at, code = f"it took longer than {CANARY_SECONDS:g} s", route_at, "cancelled"
+    elif isinstance(exc, KiloRulesError):
+        cause, at, code = exc.diagnostic.message, exc.diagnostic.location, exc.diagnostic.code
+    else:  # an engine bug is still this revision's refusal, never a swap
+        cause, at, code = f"{type(exc).__name__}: {exc}", route_at, None
+    return Diagnostic(
+        "store.canary-failed",
+        f"the revision compiles for {model.id} but fails building a request for it: {cause}",
+        at,
+        hint="the canary is a short session (a user message, a tool call and its result) "
+        "built once per checked model before a swap; fix the policy for this model",
+        details={"model": model.id, "cause": code},
+    )
 
 
 def _unservable(model: ModelInfo, diags: Sequence[Diagnostic]) -> ModelUnservableError:
@@ -1291,19 +1355,31 @@ class PolicyStore:
         rev = _Revision(revision, root, routes, policies, self.settings.max_models, aliases)
         declared = _declared(routes)
         done: set[str] = set()
-        for _ in range(_MODEL_ROUNDS):
-            todo = [(k, m) for k, m in self._wanted(declared) if k not in done]
-            if not todo:
-                break
-            for key, model in todo:
-                done.add(key)
-                try:
-                    plan = rev.compile(model)
-                except KiloRulesError as exc:
-                    errors.extend(exc.diagnostics)
-                    continue
-                rev.plans.put(key, plan)
-                diags.extend(plan.warnings)
+        with tempfile.TemporaryDirectory(prefix="canary-", dir=self._work) as empty:
+            # The canary's workspace and home: empty, so that no instruction file of the
+            # process's own directory or user decides whether a revision passes.
+            step = StepInput(
+                workspace=Workspace(cwd=empty, root=empty, home=empty), fetch=_no_fetch
+            )
+            for _ in range(_MODEL_ROUNDS):
+                todo = [(k, m) for k, m in self._wanted(declared) if k not in done]
+                if not todo:
+                    break
+                for key, model in todo:
+                    done.add(key)
+                    try:
+                        plan = rev.compile(model)
+                    except KiloRulesError as exc:
+                        errors.extend(exc.diagnostics)
+                        continue
+                    try:
+                        with cancellable(CancelToken.after(CANARY_SECONDS)):
+                            apply_plan(plan, CANARY_SESSION, step)
+                    except Exception as exc:  # any failure refuses the revision, typed
+                        errors.append(_canary_failed(model, rev, exc))
+                        continue
+                    rev.plans.put(key, plan)
+                    diags.extend(plan.warnings)
         if errors:
             raise StoreError([*errors, *diags])
         return rev, diags
