@@ -356,8 +356,9 @@ def test_a_policy_failing_while_applied_is_5xx_a_bad_session_4xx(
     def fail(st: Any) -> None:
         raise error
 
+    store = PolicyStore.from_directory(policy_dir)  # loaded (and canaried) by the real engine
     monkeypatch.setattr(apply, "STAGES", {**apply.STAGES, "system": fail})
-    live = live_factory(PolicyStore.from_directory(policy_dir))
+    live = live_factory(store)
     with live.client() as http:
         r = http.post("/v1/build", json={"session": small_session(), "model": MODEL})
     assert r.status_code == status, r.text

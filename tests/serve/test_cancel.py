@@ -117,9 +117,13 @@ def test_big_bodies_past_the_bound_stop_and_give_their_slots_back(
 
 
 @pytest.fixture
-def endless(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """A lower stage that never ends by itself: a long loop that checks in, as the
-    engine's loops do. Set when it stopped."""
+def endless(
+    policy_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[PolicyStore, threading.Event]]:
+    """(a store loaded with the real engine, an event set when the build stopped), then
+    a lower stage that never ends by itself: a long loop that checks in, as the engine's
+    loops do. The store loads first: its canary must not meet the endless stage."""
+    store = PolicyStore.from_directory(policy_dir)
     stopped = threading.Event()
     stages = dict(apply.STAGES)
 
@@ -132,20 +136,19 @@ def endless(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
 
     stages["lower"] = spin
     monkeypatch.setattr(apply, "STAGES", stages)
-    yield stopped
+    yield store, stopped
 
 
 def test_a_build_that_would_never_end_is_stopped(
-    policy_dir: Path, live_factory: Any, endless: threading.Event
+    live_factory: Any, endless: tuple[PolicyStore, threading.Event]
 ) -> None:
-    live = live_factory(
-        PolicyStore.from_directory(policy_dir), max_concurrent_builds=1, build_timeout=0.3
-    )
+    store, stopped = endless
+    live = live_factory(store, max_concurrent_builds=1, build_timeout=0.3)
     body = {"session": small_session(), "model": MODEL}
     with live.client() as http:
         first = http.post("/v1/build", json=body)
     assert first.status_code == 504 and first.json()["error"]["code"] == "build.timeout"
-    assert endless.wait(30), "the build thread did not stop"
+    assert stopped.wait(30), "the build thread did not stop"
     assert drained(live)
 
 
@@ -154,12 +157,11 @@ def test_a_slot_held_by_cancelled_work_is_not_given_to_new_requests(
 ) -> None:
     # Work that ignores cancellation (one long C call) keeps its slot until it returns.
     release = threading.Event()
+    store = PolicyStore.from_directory(policy_dir)  # loaded (and canaried) by the real engine
     stages = dict(apply.STAGES)
     stages["lower"] = lambda st: release.wait(30)
     monkeypatch.setattr(apply, "STAGES", stages)
-    live = live_factory(
-        PolicyStore.from_directory(policy_dir), max_concurrent_builds=1, build_timeout=0.3
-    )
+    live = live_factory(store, max_concurrent_builds=1, build_timeout=0.3)
     body = {"session": small_session(), "model": MODEL}
     try:
         with live.client() as http:
