@@ -399,8 +399,11 @@ def default_hosts(host: str, port: int) -> list[str]:
 def read_tokens(path: Path) -> list[str]:
     """The tokens in ``path``: one a line, blank lines and ``#`` comments skipped. An
     error names the file and the line, never the token."""
+    from .. import safefs
+
     try:
-        text = path.expanduser().read_text(encoding="utf-8")
+        # A regular file of at most 64 KiB: a FIFO or a huge file must not hang the start.
+        text = safefs.read_regular(path.expanduser(), max_bytes=65_536).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"--token-file {path}: cannot be read ({exc})") from None
     from ..serve.access import check_token
@@ -430,11 +433,11 @@ def token_path(port: int) -> Path:
 def write_token(path: Path) -> str:
     """A new random token, written to ``path`` readable by this user only."""
     token = secrets.token_urlsafe(32)
+    from .. import safefs
+
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)  # a file left by an earlier run may have other modes
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(token + "\n")
+    # Whole or not at all, and 0600 from its first byte: a client never reads half a token.
+    safefs.write_atomic(path, token + "\n", mode=0o600)
     return token
 
 
