@@ -38,7 +38,6 @@ import logging
 import os
 import random
 import re
-import secrets
 import shutil
 import stat
 import tempfile
@@ -56,7 +55,7 @@ import httpx
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from . import sandbox
+from . import safefs, sandbox
 from .bundle import MAX_BUNDLE_BYTES, MAX_FILE_BYTES, Manifest, directory_revision, extract_bundle
 from .cancel import CancelToken, cancellable
 from .catalog import ModelInfo, bundled_catalog
@@ -582,17 +581,6 @@ def _write_new(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``path`` whole or not at all (a temporary file beside it, then a rename)."""
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-    try:
-        _write_new(tmp, data)
-        tmp.replace(path)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-
-
 class _DirectorySource(_Source):
     kind: SourceKind = "directory"
 
@@ -751,7 +739,7 @@ class _RemoteSource(_Source):
         try:
             self.download.replace(self.cached)
             meta = {"url": self.url, "etag": self._fetched, "revision": revision}
-            _write_atomic(self.meta, json.dumps(meta, indent=2).encode("utf-8"))
+            safefs.write_atomic(self.meta, json.dumps(meta, indent=2).encode("utf-8"))
         except OSError as exc:  # the revision serves; only a cold start loses it
             _log.warning("cannot keep the bundle of %s in %s: %s", self.url, self.cache_dir, exc)
 
@@ -910,7 +898,7 @@ class _RollbackGuard:
         }
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            _write_atomic(self.path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
+            safefs.write_atomic(self.path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
         except OSError as exc:
             # The revision serves; only a restart loses the number it would refuse below.
             _log.warning("cannot record the served revision in %s: %s", self.path, exc)
