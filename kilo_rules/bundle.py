@@ -49,6 +49,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from . import safefs
 from .errors import BundleError, Diagnostic, Location
 from .source import JsonPath, JsonText
 
@@ -514,19 +515,11 @@ def _pack(members: Iterable[tuple[str, bytes]]) -> bytes:
 
 
 def _write_atomic(out: Path, data: bytes) -> None:
-    """Write ``out`` whole or not at all: a temporary file beside it, then a rename."""
-    tmp = out.parent / f".{out.name}.{secrets.token_hex(6)}.tmp"
+    """Write ``out`` whole or not at all (:func:`kilo_rules.safefs.write_atomic`); a failure
+    is a typed, located I/O error."""
     try:
-        fd = os.open(tmp, _FLAGS_NEW, 0o644)
-        try:
-            with os.fdopen(fd, "wb", closefd=False) as fh:
-                fh.write(data)
-        finally:
-            os.close(fd)
-        tmp.replace(out)
+        safefs.write_atomic(out, data)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         _io(exc, f"write {out}", out)
 
 
