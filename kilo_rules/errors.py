@@ -105,6 +105,22 @@ class KiloRulesError(Exception):
         """The first (best) diagnostic."""
         return self.diagnostics[0]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception pickles as ``cls(*args)``, and args hold the rendered message, not the
+        # diagnostics: rebuilt that way, the error of a worker process (a corpus run, a
+        # Dask cluster) would fail to unpickle in the parent and take the pool down with it.
+        # Rebuilt without calling ``__init__`` instead, a subclass with its own signature
+        # (SummarizerError, RegexError) comes back with the same args and attributes.
+        return (_restore, (type(self), self.args), self.__dict__)
+
+
+def _restore(cls: type[KiloRulesError], args: tuple[Any, ...]) -> KiloRulesError:
+    """An error of ``cls`` with these ``args``, its attributes (the diagnostics among them)
+    set afterwards by pickle from the state ``KiloRulesError.__reduce__`` gave."""
+    error = cls.__new__(cls)
+    error.args = args
+    return error
+
 
 class PolicyError(KiloRulesError):
     """A policy file is unreadable, invalid, or contradicts itself."""
