@@ -1,6 +1,6 @@
 """Prompt-cache marker placement: which blocks of a request carry a cache breakpoint.
 
-Two rules from Kilo (``research/kilo-behaviour.md`` §10):
+Two rules from Kilo (``docs/kilo-behaviour.md`` §10):
 
 * ``kilo`` (§10.1, ``ProviderTransform.applyCaching``): the first ``system_first`` system
   messages and the last ``non_system_last`` other messages. Placement ``message`` marks
