@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -287,3 +287,46 @@ def bundled_catalog() -> Catalog:
                 )
             )
         raise CatalogError(diags) from None
+
+
+#: Names of the expression vocabulary whose values are enumerated, each with the field of
+#: a catalog model it reads. A string compared with one of these that no value matches makes
+#: a rule that silently never (or always) applies: ``kilo-rules check`` warns about it.
+ENUMERATED_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "model.id": "id",
+        "model.api_id": "api_id",
+        "model.provider": "provider",
+        "model.family": "family",
+        "model.sdk": "sdk",
+        "model.api": "api",
+        "model.cache.kind": "cache.kind",
+        "model.modalities": "modalities",
+    }
+)
+
+
+def known_values(catalog: Catalog | None = None) -> Mapping[str, tuple[str, ...]]:
+    """The values each name of :data:`ENUMERATED_FIELDS` can have, sorted: what
+    ``catalog`` (default the bundled one) lists, plus what the descriptor's type allows
+    (every wire API, cache kind and modality) and the provider and SDK tables know."""
+    if catalog is None:
+        return _bundled_known_values()
+    found: dict[str, set[str]] = {name: set() for name in ENUMERATED_FIELDS}
+    found["model.provider"].update(PROVIDERS, PROVIDER_SDKS)
+    found["model.sdk"].update(PROVIDER_SDKS.values(), [DEFAULT_SDK])
+    found["model.api"].update(get_args(WireApi))
+    found["model.cache.kind"].update(get_args(CacheFacts.model_fields["kind"].annotation))
+    found["model.modalities"].update(get_args(Modality))
+    for model in catalog.models:
+        for name, attr in ENUMERATED_FIELDS.items():
+            value: Any = model
+            for part in attr.split("."):
+                value = getattr(value, part)
+            found[name].update(value if isinstance(value, list) else [value])
+    return MappingProxyType({k: tuple(sorted(v)) for k, v in found.items()})
+
+
+@lru_cache(maxsize=1)
+def _bundled_known_values() -> Mapping[str, tuple[str, ...]]:
+    return known_values(bundled_catalog())

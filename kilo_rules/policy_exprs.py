@@ -9,10 +9,10 @@ decided once per model, so they may read only ``model.*`` and ``config.*``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import Diagnostic, ExprError, KiloRulesError, Location, did_you_mean
 from .expr import (
@@ -31,6 +31,7 @@ from .expr import (
     parse,
 )
 from .expr.compile import compile_expr
+from .expr.nodes import Binary, ListExpr, Literal, Name, Node, walk
 from .expr.types import type_of_value
 from .expr.vocabulary import name_nodes
 from .load import JsonPath, lookup
@@ -219,41 +220,75 @@ def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
     return PolicyExpressions(vocab, compiled, kinds, order, warnings)
 
 
+#: Names whose values are open-ended (a model described inline brings its own id): a string
+#: compared with one is reported only when it is a near miss of a catalog value.
+_OPEN_NAMES = frozenset({"model.id", "model.api_id"})
+
+
 def literal_diagnostics(expr: Expr) -> list[Diagnostic]:
-    """Warnings for string literals compared with ``model.provider`` or ``model.api`` that
-    no known provider or wire format has (a typo makes a rule silently never match)."""
-    from typing import get_args
+    """Warnings (``expr.unknown-value``) for string literals compared with a name whose
+    values the catalog enumerates (``model.family``, ``model.provider``, ``model.api``,
+    ``model.sdk``, ...; :func:`kilo_rules.catalog.known_values`) that no value matches: a
+    typo makes a rule silently never match. Each is located at the literal; ``==``,
+    ``!=``, ``in``, ``not in`` and ``contains`` are looked at, either way round."""
+    from .catalog import known_values
 
-    from .catalog import PROVIDERS, WireApi
-    from .expr.nodes import Binary, ListExpr, Literal, Name, walk
-
-    known = {"model.provider": tuple(PROVIDERS), "model.api": tuple(get_args(WireApi))}
+    known = known_values()
     out: list[Diagnostic] = []
     for node in walk(expr.root):
-        if not isinstance(node, Binary) or node.op not in ("==", "!=", "in", "not in"):
+        if not isinstance(node, Binary):
             continue
-        sides = [(node.left, node.right), (node.right, node.left)]
-        for name_side, value_side in sides:
-            if not (isinstance(name_side, Name) and name_side.name in known):
+        for name, literal in _compared_literals(node, known):
+            options = known[name]
+            if literal.value in options:
                 continue
-            values = value_side.items if isinstance(value_side, ListExpr) else (value_side,)
-            for v in values:
-                if isinstance(v, Literal) and isinstance(v.value, str):
-                    options = known[name_side.name]
-                    if v.value not in options:
-                        guess = did_you_mean(v.value, options)
-                        out.append(
-                            Diagnostic(
-                                "expr.unknown-provider",
-                                f"{v.value!r} is not a known value of {name_side.name}",
-                                expr.location(v),
-                                hint=f"did you mean {guess!r}?"
-                                if guess
-                                else f"known: {', '.join(options)}",
-                                severity="warning",
-                            )
-                        )
+            guess = did_you_mean(str(literal.value), options)
+            if guess is None and name in _OPEN_NAMES:
+                continue
+            shown = ", ".join(options[:12]) + (", ..." if len(options) > 12 else "")
+            out.append(
+                Diagnostic(
+                    "expr.unknown-value",
+                    f"{literal.value!r} is not a known value of {name}",
+                    expr.location(literal),
+                    hint=f"did you mean {guess!r}?" if guess else f"known: {shown}",
+                    details={"name": name, "value": literal.value},
+                    severity="warning",
+                )
+            )
     return out
+
+
+def _compared_literals(node: Binary, known: Mapping[str, object]) -> Iterator[tuple[str, Literal]]:
+    """(name, string literal) pairs that ``node`` compares: ``name == "x"`` and
+    ``"x" == name``; ``name in ["x", ...]`` (and ``[...] contains name``); for a list
+    name, ``"x" in name`` (and ``name contains "x"``). ``"x" in name`` on a string name is
+    a substring test, not a comparison with a value, and is left alone."""
+
+    def strings(side: Node) -> list[Literal]:
+        items = side.items if isinstance(side, ListExpr) else ()
+        return [v for v in items if _is_string(v)]
+
+    op = node.op
+    if op in ("==", "!="):
+        for a, b in ((node.left, node.right), (node.right, node.left)):
+            if _is_string(b) and isinstance(a, Name) and a.name in known:
+                yield a.name, b
+        return
+    if op not in ("in", "not in", "contains"):
+        return
+    item, container = (node.right, node.left) if op == "contains" else (node.left, node.right)
+    if isinstance(item, Name) and item.name in known:
+        for v in strings(container):
+            yield item.name, v
+    elif isinstance(container, Name) and container.name in known:
+        listed = default_vocabulary().get(container.name)
+        if _is_string(item) and listed is not None and listed.is_kind("list"):
+            yield container.name, item
+
+
+def _is_string(node: Node) -> TypeGuard[Literal]:
+    return isinstance(node, Literal) and isinstance(node.value, str)
 
 
 def _scalar_locator(policy: ResolvedPolicy, path: JsonPath) -> Callable[[int], Location]:

@@ -30,6 +30,7 @@ from .catalog import WIRE_BREAKPOINTS, ModelInfo
 from .compile import compile_policy
 from .errors import ContextOverflowError, Diagnostic, KiloRulesError, Location, Severity
 from .plan import Plan
+from .policy_exprs import expression_diagnostics
 from .resolve import ResolvedPolicy, resolve_policy
 from .runtime.apply import apply_plan, run
 from .runtime.context import StepInput
@@ -99,7 +100,9 @@ def verify_policy(
     ``config`` supplies ``config.*`` values as for :func:`~kilo_rules.compile.compile_policy`;
     ``tools`` are the tool definitions the client sends (they come before the system prompt
     in the cached prefix; default none, so the prefix estimate is the policy's own part).
-    A policy that does not compile for a model is reported with its compile diagnostics.
+    A policy that does not compile for a model is reported with its compile diagnostics,
+    and a string its expressions compare with a catalog name that no model has (a typo'd
+    ``model.family``, say, which makes a rule apply to no model) as ``expr.unknown-value``.
     """
     resolved = policy if isinstance(policy, ResolvedPolicy) else resolve_policy(policy)
     found: list[_Finding] = []
@@ -114,6 +117,7 @@ def verify_policy(
             continue
         found.extend(_check_plan(plan, tools))
     out = _group(found)
+    out.extend(d for d in expression_diagnostics(resolved) if d.code == "expr.unknown-value")
     for d, ids in failed.values():
         details = {**d.details, "models": ids}
         out.append(Diagnostic(d.code, d.message, d.location, details, d.hint, d.severity))

@@ -138,7 +138,7 @@ def test_provider_typo_in_an_expression_is_a_located_warning(
     assert main(["check", "--format", "json", "w.yaml"]) == 0
     (d,) = json.loads(capsys.readouterr().out)
     assert (d["code"], d["severity"], d["location"]["line"], d["location"]["col"]) == (
-        "expr.unknown-provider",
+        "expr.unknown-value",
         "warning",
         5,
         28,

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from kilo_rules.check import check_paths
+from kilo_rules.errors import Diagnostic
 
 CORPUS = Path(__file__).parent / "corpus" / "broken_policies.yaml"
 CASES: list[dict[str, Any]] = yaml.safe_load(CORPUS.read_text(encoding="utf-8"))["cases"]
@@ -45,11 +46,19 @@ def test_broken_policy(case: dict[str, Any], in_tmp: Path) -> None:
         else:
             target.write_text(content, encoding="utf-8")
     report = check_paths([case.get("check", "policy.yaml")])
-    got = [d for d in report.diagnostics if d.severity == "error"]
-    want = case["want_errors"]
+    errors = [d for d in report.diagnostics if d.severity == "error"]
+    _expect(errors, case["want_errors"], exhaustive=case.get("exhaustive", True))
+    if "want_warnings" in case:
+        # Given, the warnings are pinned as the errors are: every one, exactly.
+        warnings = [d for d in report.diagnostics if d.severity != "error"]
+        _expect(warnings, case["want_warnings"], exhaustive=True)
+    assert report.exit_code == (1 if case["want_errors"] else 0)
+
+
+def _expect(got: list[Diagnostic], want: list[dict[str, Any]], *, exhaustive: bool) -> None:
     described = "\n".join(f"  {d}" for d in got)
-    if case.get("exhaustive", True):
-        assert len(got) == len(want), f"expected {len(want)} error(s), got:\n{described}"
+    if exhaustive:
+        assert len(got) == len(want), f"expected {len(want)} diagnostic(s), got:\n{described}"
     for w in want:
         matches = [
             d
@@ -61,4 +70,3 @@ def test_broken_policy(case: dict[str, Any], in_tmp: Path) -> None:
             and Path(d.location.file).name == w.get("file", Path(d.location.file).name)
         ]
         assert matches, f"no diagnostic matches {w}; got:\n{described}"
-    assert report.exit_code == 1
