@@ -82,6 +82,16 @@ def test_tokenizer_finding_names_the_model_file() -> None:
     assert found[0].details["per_model"] == {"local/o200k-model": "tiktoken:o200k_base"}
 
 
+def test_a_typo_in_a_compared_value_is_a_located_warning() -> None:
+    file = CORPUS / "unknown-value.yaml"
+    found = _own(file, verify_policy(file, _models(*SAMPLE)))
+    assert [(d.code, d.severity, d.location.line, d.location.col) for d in found] == [
+        ("expr.unknown-value", "warning", 6, 28)
+    ]
+    assert found[0].message == "'gtp' is not a known value of model.family"
+    assert found[0].hint == "did you mean 'gpt'?"
+
+
 def test_corpus_covers_every_finding() -> None:
     covered = {c[1] for c in CASES} | {"verify.tokenizer"}
     assert covered == {
@@ -248,6 +258,21 @@ def test_cli_errors_exit_1_with_the_location(capsys: pytest.CaptureFixture[str])
     out, _ = capsys.readouterr()
     assert "output-limit.yaml:6:15: error[verify.output-limit]" in out
     assert '  configured: "64_000"' in out  # the source line, with a caret under it
+
+
+def test_cli_reports_a_finding_of_a_shared_base_once(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two policies extending kilo-default both find its note; the reader sees it once.
+    for name in ("a", "b"):
+        (in_tmp / f"{name}.yaml").write_text(
+            f"version: 1\nname: {name}\nextends: kilo-default\n", encoding="utf-8"
+        )
+    args = ["verify", "--policy", "a.yaml", "--policy", "b.yaml", "--format", "json"]
+    assert main([*args, "--model", "anthropic/claude-sonnet-4-5"]) == 0
+    diags = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert [d["code"] for d in diags] == ["verify.short-prefix"]
+    assert Path(diags[0]["location"]["file"]).name == "kilo-default.yaml"
 
 
 def test_cli_unknown_model_glob_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

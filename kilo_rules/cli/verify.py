@@ -102,10 +102,19 @@ def run(args: argparse.Namespace) -> int:
             report = prefix_stability(plan, session)
             reports.append(report)
             diagnostics.extend(report.diagnostics())
-    diagnostics.sort(key=Diagnostic.sort_key)
+    diagnostics = sorted(_once(diagnostics), key=Diagnostic.sort_key)
     _print(diagnostics, reports, args.format, len(models))
     failed = any(d.severity == "error" for d in diagnostics)
     return EXIT_DIAGNOSTICS if failed else EXIT_OK
+
+
+def _once(diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+    """Each finding once: policies that extend one base find its problems each, at the
+    same place with the same message, and the reader needs to see them once."""
+    unique: dict[tuple[str, str, str], Diagnostic] = {}
+    for d in diagnostics:
+        unique.setdefault((d.code, str(d.location), d.message), d)
+    return list(unique.values())
 
 
 def _print(
