@@ -45,10 +45,10 @@ if TYPE_CHECKING:
     from .providers.acceptance import BodyContext, Violation, check_body
     from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
     from .routes import Routes, load_routes
-    from .runtime.apply import Decision, TurnResult, apply_plan
+    from .runtime.apply import Decision, StepResult, apply_plan
     from .runtime.compaction import CompactionResult, compact
     from .runtime.context import Agent, Skill, StepInput, Workspace
-    from .runtime.facade import Runtime, StepResult
+    from .runtime.facade import Runtime
     from .runtime.mutations import MutationError, apply_mutations
     from .runtime.prune import PruneResult, prune_session
     from .sandbox import allow_read
@@ -101,10 +101,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".providers.acceptance": ("BodyContext", "Violation", "check_body"),
     ".resolve": ("ResolvedPolicy", "bundled_policy_names", "resolve_policy"),
     ".routes": ("Routes", "load_routes"),
-    ".runtime.apply": ("Decision", "TurnResult", "apply_plan"),
+    ".runtime.apply": ("Decision", "StepResult", "apply_plan"),
     ".runtime.compaction": ("CompactionResult", "compact"),
     ".runtime.context": ("Agent", "Skill", "StepInput", "Workspace"),
-    ".runtime.facade": ("Runtime", "StepResult"),
+    ".runtime.facade": ("Runtime",),
     ".runtime.mutations": ("MutationError", "apply_mutations"),
     ".runtime.prune": ("PruneResult", "prune_session"),
     ".sandbox": ("allow_read",),
@@ -124,13 +124,28 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
+#: Names that still work but have a replacement: name → (module, attribute, what to use).
+#: They are left out of ``__all__`` and warn on every use, so that each caller hears of it.
+_DEPRECATED: dict[str, tuple[str, str, str]] = {
+    "TurnResult": (".runtime.apply", "StepResult", "kilo_rules.StepResult"),
+}
+
 
 def __getattr__(name: str) -> Any:
+    from importlib import import_module
+
+    old = _DEPRECATED.get(name)
+    if old is not None:
+        import warnings
+
+        module, attr, use = old
+        warnings.warn(
+            f"kilo_rules.{name} is deprecated: use {use}", DeprecationWarning, stacklevel=2
+        )
+        return getattr(import_module(module, __name__), attr)
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
     value = getattr(import_module(module, __name__), name)
     globals()[name] = value
     return value
@@ -208,7 +223,6 @@ __all__ = [
     "SummarizerError",
     "SummaryRequest",
     "SystemTransformContext",
-    "TurnResult",
     "Violation",
     "Workspace",
     "__version__",

@@ -611,7 +611,7 @@ class _Side:
             result = self.runtime.step(live)
             self.compactions += result.compactions
             tries = 0
-            while not result.turn.fits:
+            while not result.fits:
                 if tries >= MAX_OVERFLOW_RETRIES:
                     self.stopped = (
                         f"the request still exceeds the window after {tries} provider overflows"
@@ -634,7 +634,7 @@ def _answered(result: StepResult, msg: Message) -> Session:
     context, and would make a policy that compacted see the old, larger size again."""
     t = msg.tokens
     usage = TokenUsage(
-        input=result.turn.input_tokens,
+        input=result.input_tokens,
         output=t.output if t else 0,
         reasoning=t.reasoning if t else 0,
     )

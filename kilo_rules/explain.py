@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import Location
 from .plan import Plan
-from .runtime.apply import Decision, TurnResult
+from .runtime.apply import Decision, StepResult
 
 
 def location_of(at: str | Location | None) -> Location | None:
@@ -69,7 +69,7 @@ def decision_rows(decisions: Iterable[Decision]) -> list[DecisionRow]:
     ]
 
 
-def turn_summary(result: TurnResult) -> list[str]:
+def turn_summary(result: StepResult) -> list[str]:
     """The lines after the decisions: the request's shape, a compaction the policy asks
     for before this step, and the mutations to persist."""
     req = result.model_request
@@ -88,11 +88,11 @@ def turn_summary(result: TurnResult) -> list[str]:
     return lines
 
 
-def over_window(plan: Plan, result: TurnResult) -> str | None:
+def over_window(plan: Plan, result: StepResult) -> str | None:
     """One line for the user when the request in ``result`` does not fit the context window
     of ``plan``'s model, else None.
 
-    "Fits" is :attr:`TurnResult.fits`: the request's input as the plan's counter measures
+    "Fits" is :attr:`StepResult.fits`: the request's input as the plan's counter measures
     it (system and tools included, no safety factor), plus the output cap sent, within the
     window. Providers refuse a request over it as too long."""
     if result.fits:
@@ -114,7 +114,7 @@ def over_window(plan: Plan, result: TurnResult) -> str | None:
     )
 
 
-def _next_step(result: TurnResult) -> str:
+def _next_step(result: StepResult) -> str:
     """What the policy does about an oversized request, from its overflow checks."""
     checks = [
         _check_text(d)

@@ -897,7 +897,7 @@ def _execute(case: CaseSpec, plan: Plan, session: Session, step: StepInput, out:
     if mode == "runtime":
         sr = runtime.step(session, step)
         out.decisions, out.request = list(sr.decisions), sr.request
-        out.compaction_needed, out.stepped, out.steps = sr.turn.compaction_needed, True, 1
+        out.compaction_needed, out.stepped, out.steps = sr.compaction_needed, True, 1
         out.compactions = sr.compactions
         out.at_steps = [1] if sr.compactions else []
         return
@@ -918,7 +918,7 @@ def _replay_step(runtime: Runtime, live: Session, step: StepInput, out: _Outcome
     sr = runtime.step(live, step)
     out.decisions.extend(sr.decisions)
     out.request = sr.request
-    out.compaction_needed = sr.turn.compaction_needed
+    out.compaction_needed = sr.compaction_needed
     out.compactions += sr.compactions
     out.at_steps.extend([out.steps] * sr.compactions)
     out.session = sr.session

@@ -19,7 +19,7 @@ each plan decides for itself where to compact.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -494,13 +494,11 @@ class _Replay:
             overflows += 1
             self.runtime.overflowed(result.session)
             again = self.runtime.step(result.session)
-            result = StepResult(
-                again.request,
-                [*result.decisions, *again.decisions],
-                [*result.mutations, *again.mutations],
-                again.session,
-                again.turn,
-                result.compactions + again.compactions,
+            result = replace(
+                again,
+                decisions=[*result.decisions, *again.decisions],
+                mutations=[*result.mutations, *again.mutations],
+                compactions=result.compactions + again.compactions,
             )
             seq = self._blocks(result.request)
         if self.server.active:
@@ -528,7 +526,7 @@ class _Replay:
             self.metered.input += server.summary_input
             self.metered.output += server.summary_output
             split = self.cache.step(seq)
-            markers = count_markers(result.request, result.turn.provider)
+            markers = count_markers(result.request, result.provider)
             prunes = sum(1 for m in result.mutations if m.get("op") == "mark_compacted")
             yield ReplayStep(
                 msg,

@@ -76,7 +76,7 @@ from .net import NetClient, NetworkSettings, network_settings
 from .plan import Plan
 from .resolve import ResolvedPolicy, bundled_root, resolve_policy
 from .routes import ROUTES_FILE, RouteChoice, Routes, load_routes
-from .runtime.apply import TurnResult, apply_plan
+from .runtime.apply import StepResult, apply_plan
 from .runtime.context import StepInput, Workspace
 from .session import Message, Session, TextPart, ToolDefinition, ToolPart
 
@@ -502,7 +502,7 @@ class StoreSnapshot:
 
     def apply(
         self, session: Session, model: str | ModelInfo, step: StepInput | None = None
-    ) -> TurnResult:
+    ) -> StepResult:
         """One step of ``session`` for ``model`` on this revision."""
         plan = self._store._plan(self._rev, model)
         return dataclasses.replace(apply_plan(plan, session, step), revision=self._rev.id)
@@ -1159,7 +1159,7 @@ class PolicyStore:
 
     def apply(
         self, session: Session, model: str | ModelInfo, step: StepInput | None = None
-    ) -> TurnResult:
+    ) -> StepResult:
         """One step of ``session`` for ``model``, on one revision from start to end; the
         result's ``revision`` names it."""
         with self.snapshot() as snap:

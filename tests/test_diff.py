@@ -164,7 +164,7 @@ def _first_compaction(plan_ref: Path, s: Session) -> int:
             if result.compactions:
                 return n
             # answered with the usage of the request built, as a provider would report it
-            usage = TokenUsage(input=result.turn.input_tokens)
+            usage = TokenUsage(input=result.input_tokens)
             live = result.session
             msg = msg.model_copy(update={"tokens": usage})
         live = live.model_copy(update={"messages": [*live.messages, msg]})

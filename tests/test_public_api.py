@@ -77,3 +77,42 @@ def test_the_cli_offers_every_wire_format_the_providers_render() -> None:
     from kilo_rules.providers import APIS as RENDERED
 
     assert APIS == RENDERED
+
+
+def test_one_result_type_for_apply_plan_and_runtime_step() -> None:
+    """``apply_plan`` and ``Runtime.step`` return the same :class:`StepResult`, whose
+    ``session`` is the session handed in with the step's mutations applied."""
+    import pytest
+
+    from kilo_rules import Runtime, StepResult, apply_mutations, apply_plan, compile_policy
+    from kilo_rules.session import Session
+
+    plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
+    session = Session.model_validate(
+        {
+            "version": 1,
+            "id": "s",
+            "messages": [
+                {
+                    "id": "u1",
+                    "role": "user",
+                    "parts": [{"id": "p1", "type": "text", "text": "hi"}],
+                }
+            ],
+        }
+    )
+    direct = apply_plan(plan, session)
+    stepped = Runtime(plan).step(session)
+    assert type(direct) is StepResult and type(stepped) is StepResult
+    assert direct.request == stepped.request
+    assert direct.mutations  # the environment block, persisted with the user message
+    assert direct.session == apply_mutations(session, direct.mutations) != session
+    assert stepped.session == direct.session and stepped.compactions == 0
+    assert "TurnResult" not in kilo_rules.__all__ and "StepResult" in kilo_rules.__all__
+    with pytest.warns(DeprecationWarning, match=r"use kilo_rules\.StepResult"):
+        assert kilo_rules.TurnResult is StepResult  # type: ignore[attr-defined]
+    with pytest.warns(DeprecationWarning, match=r"use StepResult"):
+        from kilo_rules.runtime.apply import TurnResult  # type: ignore[attr-defined]
+    assert TurnResult is StepResult
+    with pytest.warns(DeprecationWarning, match=r"StepResult\.turn is deprecated"):
+        assert stepped.turn is stepped

@@ -10,7 +10,7 @@ import sys
 from ..compile import compile_policy
 from ..explain import decision_rows, over_window, turn_summary
 from ..importers import read_session
-from ..runtime.apply import TurnResult, apply_plan
+from ..runtime.apply import StepResult, apply_plan
 from . import _options as opt
 from ._runner import EXIT_OK, EXIT_OVER_WINDOW
 from ._table import FULL_HINT, render_table, shorten
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OVER_WINDOW if args.strict else EXIT_OK
 
 
-def render_explain(result: TurnResult, *, full: bool = False) -> str:
+def render_explain(result: StepResult, *, full: bool = False) -> str:
     """The decisions of one step as a table (long inputs and results cut with an ellipsis
     unless ``full``), then what the request holds and the mutations to persist."""
     input_width, result_width = (None, None) if full else (INPUT_WIDTH, RESULT_WIDTH)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,6 +27,7 @@ from .history import completed_compactions, project
 from .inject import InjectSettings, inject
 from .lower import lower, lower_settings
 from .measure import Measure, Piece, measure
+from .mutations import apply_mutations
 from .output import cap_output
 from .prune import apply_marks, prune, prune_settings
 from .system import build_system, step_instructions
@@ -34,8 +36,8 @@ from .trace import Decision, StepRun, last_finished, usage_count
 __all__ = [
     "STAGES",
     "Decision",
+    "StepResult",
     "StepState",
-    "TurnResult",
     "apply_plan",
     "last_finished",
     "run",
@@ -52,8 +54,14 @@ def exceeds(input_tokens: int, output: int | None, window: int) -> bool:
 
 
 @dataclass(frozen=True)
-class TurnResult:
-    """What one step produces."""
+class StepResult:
+    """What one step produces, from :func:`apply_plan` or
+    :meth:`~kilo_rules.runtime.facade.Runtime.step` alike: the request to send, every
+    decision and mutation of the step, and ``session`` with those mutations applied.
+
+    From :meth:`Runtime.step <kilo_rules.runtime.facade.Runtime.step>`, ``decisions`` and
+    ``mutations`` include those of the normal prune and of every compaction the step ran
+    (counted in ``compactions``); the other fields describe the request finally built."""
 
     request: dict[str, Any]  # the provider's wire JSON
     provider: str
@@ -74,6 +82,23 @@ class TurnResult:
     #: HTTP headers the request needs besides the usual ones (``anthropic-beta`` for the
     #: context edits it asks for); empty for most requests.
     headers: dict[str, str] = field(default_factory=dict)
+    #: The session handed in with ``mutations`` applied: what to persist, and the session
+    #: to pass to the next step once the model's answer is appended.
+    session: Session = field(kw_only=True, repr=False, compare=False)
+    #: Compactions run before the request was built (only :meth:`Runtime.step` runs them).
+    compactions: int = field(default=0, kw_only=True)
+
+    @property
+    def turn(self) -> StepResult:
+        """Deprecated: the result itself, which carries the final request's fields
+        (``provider``, ``model_request``, ``input_tokens``, ``fits``…)."""
+        warnings.warn(
+            "StepResult.turn is deprecated: read the fields on the result itself "
+            "(result.provider, result.model_request, result.fits)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self
 
     @property
     def fits(self) -> bool:
@@ -417,12 +442,14 @@ def run(
     return st
 
 
-def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> TurnResult:
-    """Run every stage of ``plan`` for the next step of ``session``."""
+def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> StepResult:
+    """Run every stage of ``plan`` for the next step of ``session``: the request, and
+    whether Kilo would compact first (``compaction_needed``), without compacting
+    (:class:`~kilo_rules.runtime.facade.Runtime` closes that loop)."""
     st = run(plan, session, step)
     r = st.run
     assert st.request is not None
-    return TurnResult(
+    return StepResult(
         st.body,
         st.provider,
         r.decisions,
@@ -433,7 +460,20 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> T
         r.plan.model.limits.context,
         str(getattr(r.counter, "name", "estimate")),
         headers=st.headers,
+        session=apply_mutations(session, r.mutations),
     )
+
+
+def __getattr__(name: str) -> Any:
+    # The name of StepResult before apply_plan and Runtime.step shared one result type.
+    if name == "TurnResult":
+        warnings.warn(
+            "TurnResult is deprecated: use StepResult (kilo_rules.StepResult)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return StepResult
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _INJECT_SETTINGS = {

@@ -16,13 +16,13 @@ A minimal agent loop is in ``docs/compaction.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ContextOverflowError, Diagnostic, Location
 from ..session import Session
-from .apply import Decision, TurnResult, apply_plan
+from .apply import Decision, StepResult, apply_plan
 from .compaction import compact
 from .context import StepInput
 from .history import compaction_part
@@ -38,18 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["Runtime", "StepResult"]
 
 _ADDED = ("compaction-request", "compaction-summary", "compaction-continue", "compaction-replay")
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """One step: the request to send, every decision and mutation, the updated session."""
-
-    request: dict[str, Any]
-    decisions: list[Decision]
-    mutations: list[dict[str, Any]]
-    session: Session  # ``session`` with ``mutations`` applied
-    turn: TurnResult  # the final apply (provider, model request, warnings)
-    compactions: int = 0
 
 
 def _turn_key(session: Session) -> str:
@@ -174,7 +162,7 @@ class Runtime:
     ) -> Decision:
         return Decision("compaction", rule, self.plan.where(setting), inputs, result)
 
-    def _reason(self, session: Session, result: TurnResult) -> str | None:
+    def _reason(self, session: Session, result: StepResult) -> str | None:
         with self._lock:
             provider = session.id in self._overflowed
         return "provider" if provider else result.compaction_needed
@@ -220,5 +208,7 @@ class Runtime:
             reason = self._reason(session, result)
         decisions.extend(result.decisions)
         mutations.extend(result.mutations)
-        session = apply_mutations(session, result.mutations)
-        return StepResult(result.request, decisions, mutations, session, result, compactions)
+        # result.session is the session it was built from with its own mutations applied.
+        return dataclasses.replace(
+            result, decisions=decisions, mutations=mutations, compactions=compactions
+        )

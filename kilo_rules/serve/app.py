@@ -70,7 +70,7 @@ from .models import (
 from .slots import Slots
 
 if TYPE_CHECKING:
-    from ..runtime.apply import TurnResult
+    from ..runtime.apply import StepResult
     from ..store import PolicyStore, ReloadResult
 
 __all__ = [
@@ -263,7 +263,7 @@ class _Sidecar:
             log.exception("build failed")
             return _Outcome.failed(ApiError(500, "internal", "internal error"), model_ref)
 
-    def _built(self, result: TurnResult, model: str) -> _Outcome:
+    def _built(self, result: StepResult, model: str) -> _Outcome:
         revision = result.revision or ""
         payload = {
             **result.to_json(),

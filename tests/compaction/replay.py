@@ -40,7 +40,7 @@ class Replay:
 
 def request_tokens(result: Any) -> int:
     """Estimated input of a built request: messages (system included) and tools."""
-    req = result.turn.model_request
+    req = result.model_request
     return measure(req.messages, req.tools, factor=1.0, counter=estimate).raw
 
 
@@ -83,7 +83,7 @@ def replay(original: Session, plan: Plan, summarizer: Summarizer) -> Replay:
             out.mismatches.append(f"{msg.id}: compacted={result.compactions} expected={expected}")
         size = request_tokens(result)
         # A provider refuses a request whose input plus output cap exceed the window.
-        while size + (result.turn.model_request.max_tokens or 0) > window:
+        while size + (result.model_request.max_tokens or 0) > window:
             out.provider_overflows += 1
             out.compactions += result.compactions
             out.mutations.extend(result.mutations)

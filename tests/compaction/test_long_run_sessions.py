@@ -55,7 +55,7 @@ def test_long_run_completes_real_autonomous_sessions(
             step = runtime.step(live)  # never "Compaction exhausted"
             built += 1
             compactions += step.compactions
-            assert step.turn.fits, f"request {built} is over the {window:,}-token window"
+            assert step.fits, f"request {built} is over the {window:,}-token window"
             assert any(task in t for t in _strings(step.request)), f"request {built}"
             live = step.session
         live = live.model_copy(update={"messages": [*live.messages, msg]})

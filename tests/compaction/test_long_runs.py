@@ -88,7 +88,7 @@ def test_long_run_keeps_the_task_verbatim_in_every_request() -> None:
     for k in range(1, 9):
         result = runtime.step(_work(s, k))
         compactions += result.compactions
-        assert TASK in result.turn.body()  # verbatim, whatever was compacted before
+        assert TASK in result.body()  # verbatim, whatever was compacted before
         assert missing(original, result.session) == []
         s = result.session
     assert compactions >= 4  # more than Kilo's three per turn

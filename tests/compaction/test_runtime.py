@@ -32,7 +32,7 @@ PLAN = plan_for(20_000, 10_000, output_token_max=2_000)  # usable = limit = 18 0
 def test_spec_3_runtime_compacts_when_the_count_reaches_the_limit() -> None:
     runtime = Runtime(PLAN, FakeSummarizer())
     below = runtime.step(three_turns(17_999))
-    assert below.compactions == 0 and below.turn.compaction_needed is None
+    assert below.compactions == 0 and below.compaction_needed is None
     at = runtime.step(three_turns(18_000))  # count >= limit
     assert at.compactions == 1
     first = at.request["messages"][0]["content"][0]["text"]
@@ -105,7 +105,7 @@ def test_runtime_runs_normal_prune_when_the_policy_enables_it(tmp_path: Path) ->
     marks = [m for m in result.mutations if m["op"] == "mark_compacted"]
     assert {m["part_id"] for m in marks} == {"t0", "t1", "t2", "t3"}
     assert all(m["reason"] == "normal" for m in marks)
-    assert "[Old tool result content cleared]" in result.turn.body()
+    assert "[Old tool result content cleared]" in result.body()
     nothing = Runtime(PLAN, FakeSummarizer()).step(s)  # kilo-default: normal prune is opt-in
     assert not [m for m in nothing.mutations if m["op"] == "mark_compacted"]
 
@@ -161,7 +161,7 @@ def _grown_by_a_tool(output_tokens: int) -> Session:
 def test_a_request_that_cannot_fit_is_compacted_before_it_is_sent() -> None:
     runtime = Runtime(PLAN, FakeSummarizer())
     fits = runtime.step(_grown_by_a_tool(4_000))
-    assert fits.compactions == 0 and fits.turn.fits
+    assert fits.compactions == 0 and fits.fits
     assert not any(d.rule == "window" for d in fits.decisions)
     first = apply_plan(PLAN, _grown_by_a_tool(16_000))
     assert first.compaction_needed == "window" and not first.fits
@@ -170,7 +170,7 @@ def test_a_request_that_cannot_fit_is_compacted_before_it_is_sent() -> None:
     assert window.inputs["input"] + window.inputs["output"] > window.inputs["context"] == 20_000
     assert window.at == PLAN.locate("overflow.unfit")
     step = runtime.step(_grown_by_a_tool(16_000))
-    assert step.compactions == 1 and step.turn.fits
+    assert step.compactions == 1 and step.fits
     # The compaction is the one a provider's refusal would cause: overflow mode.
     part = next(p for m in step.session.messages for p in m.parts if p.type == "compaction")
     assert part.overflow is True

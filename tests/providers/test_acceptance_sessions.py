@@ -168,7 +168,7 @@ class Failed:
 def request_tokens(result: StepResult, cache: JsonCache) -> int:
     """``tests/compaction/replay.py::request_tokens`` (the runtime's own measure of the
     built request, raw estimate), with the JSON of each message cached across steps."""
-    req = result.turn.model_request
+    req = result.model_request
     return measure(req.messages, req.tools, factor=1.0, counter=estimate, cache=cache).raw
 
 
@@ -271,7 +271,7 @@ class WireCheck:
 def _check(
     report: Report, where: str, sent: Sent, plan: Plan, issuers: dict[str, str], wire: WireCheck
 ) -> None:
-    body, api = sent.result.request, sent.result.turn.provider
+    body, api = sent.result.request, sent.result.provider
     report.bodies += 1
     report.rejected += sent.rejected
     context = BodyContext(

@@ -26,7 +26,7 @@ from kilo_rules.plugins import (
     system_transform_names,
     unregister_system_transform,
 )
-from kilo_rules.runtime.apply import TurnResult, apply_plan
+from kilo_rules.runtime.apply import StepResult, apply_plan
 from kilo_rules.runtime.context import Agent, StepInput, Workspace
 from kilo_rules.runtime.system import kilo_collapse, transform_system
 
@@ -154,17 +154,17 @@ def _policy(tmp_path: Path, transforms: list[str], extra: str = "") -> Path:
     return path
 
 
-def _apply(tmp_path: Path, policy: Path, step: StepInput | None = None) -> TurnResult:
+def _apply(tmp_path: Path, policy: Path, step: StepInput | None = None) -> StepResult:
     ws = Workspace(cwd=str(tmp_path), root=str(tmp_path), home=str(tmp_path))
     plan = compile_policy(policy, model())
     return apply_plan(plan, session(user("u1", "hi")), step or StepInput(workspace=ws))
 
 
-def _system(result: TurnResult) -> list[str]:
+def _system(result: StepResult) -> list[str]:
     return [b["text"] for b in result.request["system"]]
 
 
-def _decisions(result: TurnResult, rule: str) -> list[Any]:
+def _decisions(result: StepResult, rule: str) -> list[Any]:
     return [d for d in result.decisions if d.stage == "system" and d.rule == rule]
 
 

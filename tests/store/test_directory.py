@@ -16,7 +16,7 @@ from kilo_rules import PolicyStore, ReloadResult, StoreError, StoreSettings
 from kilo_rules.bundle import directory_revision
 from kilo_rules.catalog import bundled_catalog
 from kilo_rules.errors import CatalogError, PolicyError
-from kilo_rules.runtime.apply import TurnResult, apply_plan
+from kilo_rules.runtime.apply import StepResult, apply_plan
 from kilo_rules.sandbox import allow_read
 from kilo_rules.store import CANARY_SESSION
 
@@ -197,7 +197,7 @@ def test_a_step_in_flight_finishes_on_the_revision_it_started_with(
 ) -> None:
     entered, release = threading.Event(), threading.Event()
 
-    def held(plan: object, session: object, step: object = None) -> TurnResult:
+    def held(plan: object, session: object, step: object = None) -> StepResult:
         if session is not CANARY_SESSION:  # the reload's own check is not held
             entered.set()
             assert release.wait(10)
@@ -206,7 +206,7 @@ def test_a_step_in_flight_finishes_on_the_revision_it_started_with(
     with PolicyStore.from_directory(tree) as store:
         old = store.revision
         monkeypatch.setattr(store_module, "apply_plan", held)
-        out: list[TurnResult] = []
+        out: list[StepResult] = []
         worker = threading.Thread(target=lambda: out.append(store.apply(SESSION, model())))
         worker.start()
         assert entered.wait(10)
