@@ -10,19 +10,15 @@ the bundled catalog. All diagnostics are collected, none stops the others.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from . import safefs
 from .catalog import ModelInfo
-from .errors import Diagnostic, KiloRulesError, Location
-from .load import Document, JsonPath, load_yaml_file, lookup
-
-if TYPE_CHECKING:
-    from .resolve import ResolvedPolicy
+from .check_partial import diagnostics_despite_errors
+from .errors import Diagnostic, KiloRulesError
+from .load import Document, load_yaml_file
 
 
 @dataclass
@@ -167,7 +163,9 @@ def check_policy_file(path: Path) -> tuple[list[Diagnostic], dict[str, str]]:
     try:
         policy = resolve_policy(path)
     except KiloRulesError as exc:
-        return [*exc.diagnostics, *expressions_despite_errors(path, exc.diagnostics)], {}
+        # The later stages still run on what is valid, so one run shows every problem.
+        more, sources = diagnostics_despite_errors(path, exc.diagnostics)
+        return [*exc.diagnostics, *more], sources
     from .policy_exprs import expression_diagnostics
 
     diags = semantic_diagnostics(policy)
@@ -175,127 +173,6 @@ def check_policy_file(path: Path) -> tuple[list[Diagnostic], dict[str, str]]:
     for hook in POLICY_HOOKS:
         diags.extend(hook(policy))
     return diags, policy.sources()
-
-
-def expressions_despite_errors(path: Path, failed: list[Diagnostic]) -> list[Diagnostic]:
-    """The expression errors of a policy file that failed to resolve (schema errors, a
-    missing base), so that one run of ``check`` shows them all.
-
-    Only the file itself is read again. Values the schema refused are left out, and the
-    names they define are of unknown type, so no expression is blamed for them; names a
-    base would define are taken from the base when it resolves on its own, and otherwise
-    no expression is blamed for reading one. Cycles and override scopes are checked once
-    the file resolves.
-    """
-    from .expr import Vocabulary, infer, parse
-    from .expr.types import ANY
-    from .load import iter_paths
-    from .policy import expression_fields
-    from .policy_exprs import KIND_TYPES, VALUE_SECTIONS, policy_vocabulary
-    from .resolve import ResolvedPolicy, resolve_policy
-
-    path = Path.cwd() / path  # as resolve_policy names it, so locations agree
-    try:
-        doc = load_yaml_file(path)
-    except KiloRulesError:
-        return []
-    if not isinstance(doc.data, dict) or any(not d.code.startswith(_RESOLVE_CODES) for d in failed):
-        return []
-    here = path.resolve()
-    mine = [d for d in failed if Path(d.location.file).resolve() == here]
-    data, refused = _without_refused_values(doc.data, mine)
-    origin = {p: (doc, p) for p, _ in iter_paths(doc.data)}
-    policy = ResolvedPolicy(name=str(data.get("name", "?")), data=data, chain=[doc], origin=origin)
-    fields = [(p, k) for p, k in expression_fields(data) if p not in refused]
-    kinds = dict(fields)
-    try:
-        vocab = policy_vocabulary(policy, kinds)
-        vocab = vocab.extended({n: ANY for n in _names(refused) if n not in vocab})
-    except ValueError:  # a key no schema-valid policy has; the schema errors say which
-        return []
-    base_names_unknown = False
-    if isinstance(data.get("extends"), str):
-        base_names_unknown = True
-        if len(mine) == len(failed):
-            ref = data["extends"]
-            is_path = "/" in ref or "\\" in ref or ref.endswith((".yaml", ".yml"))
-            try:
-                base = resolve_policy(path.parent / ref if is_path else ref)
-                base_vocab = policy_vocabulary(base, dict(expression_fields(base.data)))
-            except (KiloRulesError, ValueError):
-                pass
-            else:
-                extra = {n: base_vocab[n] for n in base_vocab if n not in vocab}
-                vocab = Vocabulary({**{n: vocab[n] for n in vocab}, **extra})
-                base_names_unknown = False
-    section_names = tuple(f"unknown name {s}." for s in VALUE_SECTIONS)
-    out: list[Diagnostic] = []
-    for field_path, kind in fields:
-        text = lookup(data, field_path)
-        try:
-            expr = parse(text, locate=_scalar_locator(policy, field_path))
-        except KiloRulesError as exc:
-            out.extend(exc.diagnostics)
-            continue
-        _, problems = infer(expr, vocab, KIND_TYPES[kind])
-        out.extend(
-            d
-            for d in problems
-            if not (
-                base_names_unknown
-                and d.code == "expr.unknown-name"
-                and d.message.startswith(section_names)
-            )
-        )
-    return out
-
-
-def _scalar_locator(policy: ResolvedPolicy, path: JsonPath) -> Callable[[int], Location]:
-    def locate(offset: int) -> Location:
-        return policy.locate_in_scalar(path, offset)
-
-    return locate
-
-
-#: Failures of resolving after which the file's own expressions can still be checked.
-_RESOLVE_CODES = ("schema.", "policy.extends-")
-
-
-def _without_refused_values(
-    data: dict[str, Any], failed: list[Diagnostic]
-) -> tuple[dict[str, Any], set[JsonPath]]:
-    """A copy of ``data`` without the keys and values the schema refused, and their paths."""
-    out = copy.deepcopy(data)
-    refused: set[JsonPath] = set()
-    for d in failed:
-        where = d.details.get("path")
-        if not isinstance(where, list):
-            continue
-        target: JsonPath = tuple(where)
-        if d.code == "schema.unknown-key":
-            target = (*target, d.details.get("key", ""))
-        elif d.code == "schema.required":
-            continue
-        if not target:
-            continue
-        parent = lookup(out, target[:-1])
-        if isinstance(parent, dict) and target[-1] in parent:
-            del parent[target[-1]]
-        elif isinstance(parent, list) and isinstance(target[-1], int) and target[-1] < len(parent):
-            parent[target[-1]] = None
-        refused.add(target)
-    return out, refused
-
-
-def _names(paths: Iterable[JsonPath]) -> list[str]:
-    """The dotted names of value paths (``budget.usable``), where they are plain names."""
-    from .policy_exprs import VALUE_SECTIONS
-
-    return [
-        ".".join(str(k) for k in p)
-        for p in paths
-        if p and p[0] in VALUE_SECTIONS and all(isinstance(k, str) and k.isidentifier() for k in p)
-    ]
 
 
 #: Further checks of a resolved policy (the expression checker registers itself here).

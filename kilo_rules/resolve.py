@@ -419,3 +419,25 @@ def resolve_policy(
     return ResolvedPolicy(
         name=str(data.get("name", "?")), data=data, chain=docs, origin=origin, read_roots=roots
     )
+
+
+def merged_onto(base: ResolvedPolicy, doc: Document, data: dict[str, Any]) -> ResolvedPolicy:
+    """``base`` with ``data`` merged on top as ``extends:`` merges a file onto its base,
+    its values located in ``doc``: ``data`` is the content of ``doc`` or a part of it (what
+    ``kilo-rules check`` can still look at when ``doc`` itself has errors)."""
+    origin = dict(base.origin)
+    body = {k: v for k, v in data.items() if k not in ("extends", "overrides")}
+    merged = _merge(_copy_data(base.data), _copy_data(body), (), doc, (), origin)
+    overrides = list(merged.get("overrides") or [])
+    for i, ov in enumerate(data.get("overrides") or []):
+        _record(ov, ("overrides", len(overrides)), doc, ("overrides", i), origin)
+        overrides.append(_copy_data(ov))
+    if overrides:
+        merged["overrides"] = overrides
+    return ResolvedPolicy(
+        name=str(merged.get("name", "?")),
+        data=merged,
+        chain=[*base.chain, doc],
+        origin=origin,
+        read_roots=base.read_roots,
+    )
