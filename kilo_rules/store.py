@@ -29,6 +29,7 @@ bundle persisted for a cold start while the server is down (docs/store.md).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -47,6 +48,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Annotated, Any, Literal
@@ -82,18 +84,20 @@ from .session import Message, Session, TextPart, ToolDefinition, ToolPart
 
 __all__ = [
     "PolicyStore",
+    "Rejection",
     "ReloadResult",
     "StoreError",
     "StoreSettings",
     "StoreSnapshot",
     "StoreStats",
+    "StoreStatus",
     "backoff_delay",
     "default_cache_dir",
 ]
 
 _log = logging.getLogger(__name__)
 
-SourceKind = Literal["directory", "bundle", "url"]
+SourceKind = Literal["directory", "bundle", "url", "bundled"]
 
 #: Times a directory is read again when it changes between being hashed and being copied.
 COPY_ATTEMPTS = 3
@@ -108,6 +112,9 @@ _MAX_CAUSES = 20
 _MAX_KEY_BYTES = 64 * 1024
 #: Largest ``.json`` note kept beside a cached bundle.
 _MAX_META_BYTES = 64 * 1024
+#: Refused revisions remembered until the source serves a good one again: one offered again
+#: (a watched directory re-checked, a bundle downloaded again) is not a new rejection.
+_MAX_REFUSED = 64
 #: Entries looked at when polling a directory's modification times.
 _MAX_STAMP_ENTRIES = 20_000
 # An entity tag as RFC 9110 writes it (optionally weak), or the bare token some servers
@@ -243,7 +250,9 @@ class ReloadResult:
     one served before; ``candidate`` the revision the source offered, when it got that far.
     ``reason`` starts with ``new revision``, ``unchanged``, ``not modified (304)``,
     ``rejected:`` or ``source unavailable:``. ``diagnostics`` are the checks' and the
-    compiler's (warnings too) for a new or rejected revision."""
+    compiler's (warnings too) for a new or rejected revision. ``repeated`` marks a
+    rejection of what was refused before and offered again since (the same files
+    re-checked): it is not counted, nor logged, a second time."""
 
     swapped: bool
     revision: str
@@ -251,6 +260,7 @@ class ReloadResult:
     diagnostics: tuple[Diagnostic, ...]
     reason: str
     candidate: str | None = None
+    repeated: bool = False
 
     @property
     def rejected(self) -> bool:
@@ -270,6 +280,51 @@ class ReloadResult:
             "previous": self.previous,
             "candidate": self.candidate,
             "reason": self.reason,
+            "repeated": self.repeated,
+            "diagnostics": [d.to_json() for d in self.diagnostics],
+        }
+
+
+def _iso(when: float | None) -> str | None:
+    """``when`` (Unix seconds) as the decision log writes times: UTC, milliseconds, ``Z``."""
+    if when is None:
+        return None
+    text = datetime.fromtimestamp(when, UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A revision the store refused, kept for the operator asking why.
+
+    ``candidate`` is the revision the source offered (None when it was refused before it
+    had one, such as a bundle whose signature does not verify), ``reason`` the result's
+    (``rejected: file:line:col: message``) and ``diagnostics`` every diagnostic, located
+    in the source. ``first_at`` and ``last_at`` (Unix seconds) say when it was first and
+    last refused, ``attempts`` how many reloads refused it: a watched directory is
+    re-checked, and a bundle may be downloaded again, until the files change, and each of
+    those is the same rejection."""
+
+    candidate: str | None
+    reason: str
+    diagnostics: tuple[Diagnostic, ...]
+    first_at: float
+    last_at: float
+    attempts: int = 1
+
+    @property
+    def errors(self) -> tuple[Diagnostic, ...]:
+        """Diagnostics of severity error."""
+        return tuple(d for d in self.diagnostics if d.severity == "error")
+
+    def to_json(self) -> dict[str, Any]:
+        """The rejection as a JSON object (times as ISO 8601 UTC)."""
+        return {
+            "candidate": self.candidate,
+            "reason": self.reason,
+            "first_at": _iso(self.first_at),
+            "last_at": _iso(self.last_at),
+            "attempts": self.attempts,
             "diagnostics": [d.to_json() for d in self.diagnostics],
         }
 
@@ -290,6 +345,46 @@ class StoreStats:
     def to_json(self) -> dict[str, Any]:
         """The counters as a JSON object."""
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class StoreStatus:
+    """What a store serves and why it serves nothing else, for an operator.
+
+    ``source`` and ``kind`` name where revisions come from; ``revision`` is the one served
+    ("" while none is) and ``swapped_at`` when it went in; ``checked_at`` and ``reason``
+    describe the last reload attempt. ``rejection`` is the last revision refused (kept
+    after a good one replaced it; ``rejection_pending`` says whether the source still
+    offers it). ``problems`` says why nothing is served while ``ready`` is false: the
+    diagnostics of the refused revision, or a ``store.unavailable`` one for a source that
+    cannot be read; empty once a revision serves."""
+
+    source: str
+    kind: SourceKind
+    revision: str
+    ready: bool
+    swapped_at: float | None
+    checked_at: float | None
+    reason: str | None
+    rejection: Rejection | None
+    rejection_pending: bool
+    problems: tuple[Diagnostic, ...]
+    stats: StoreStats
+
+    def to_json(self) -> dict[str, Any]:
+        """The status as a JSON object (times as ISO 8601 UTC)."""
+        return {
+            "ready": self.ready,
+            "source": {"kind": self.kind, "location": self.source},
+            "revision": self.revision or None,
+            "swapped_at": _iso(self.swapped_at),
+            "checked_at": _iso(self.checked_at),
+            "reason": self.reason,
+            "rejection": None if self.rejection is None else self.rejection.to_json(),
+            "rejection_pending": self.rejection_pending,
+            "problems": [d.to_json() for d in self.problems],
+            "stats": self.stats.to_json(),
+        }
 
 
 def backoff_delay(failures: int, base: float, cap: float, rng: random.Random) -> float:
@@ -434,6 +529,7 @@ class _Revision:
         self.id = rid
         self.root = root
         self.aliases = dict(aliases)
+        self.names = _Aliases(aliases)
         self.routes = routes
         self.policies = dict(policies)
         self.plans: LRUCache[str, Plan] = LRUCache(max_models)
@@ -456,7 +552,9 @@ class _Revision:
                     choice.at,
                 )
             )
-        return compile_policy(policy, model)
+        # Located in the source people know, not the store's private copy: the plan's
+        # values and layers, and every decision a step cites from it.
+        return self.names.plan(compile_policy(policy, model))
 
     def plan(self, key: str, model: ModelInfo, *, inline: bool = False) -> Plan:
         """The plan of ``model``, compiled once per revision (``inline``: a model a caller
@@ -505,7 +603,14 @@ class StoreSnapshot:
     ) -> StepResult:
         """One step of ``session`` for ``model`` on this revision."""
         plan = self._store._plan(self._rev, model)
-        return dataclasses.replace(apply_plan(plan, session, step), revision=self._rev.id)
+        try:
+            result = apply_plan(plan, session, step)
+        except CancellationError:
+            raise
+        except KiloRulesError as exc:
+            # An expression compiled from the revision's files names them where it fails.
+            raise self._rev.names.error(exc) from None
+        return dataclasses.replace(result, revision=self._rev.id)
 
 
 # -- sources ----------------------------------------------------------------------------------
@@ -616,6 +721,26 @@ class _DirectorySource(_Source):
                 made.add(target.parent)
             _write_new(target, data)
         return True
+
+
+#: The routes of the bundled policies served alone: every model on kilo-default.
+BUNDLED_ROUTES = "version: 1\nroutes: []\ndefault: kilo-default\n"
+
+
+class _BundledSource(_Source):
+    """The policies shipped with kilo-rules, every model routed to ``kilo-default``: what
+    a store serves when the operator named nothing else."""
+
+    kind: SourceKind = "bundled"
+    label = "<bundled>"
+
+    def stage(self, dest: Path, current: str | None) -> _Staged:
+        dest.mkdir(mode=0o700)
+        _write_new(dest / ROUTES_FILE, BUNDLED_ROUTES.encode("utf-8"))
+        return _Staged(directory_revision(dest))
+
+    def changed(self) -> bool:
+        return False  # the package's own files do not change under a running process
 
 
 def _file_stamp(path: Path) -> tuple[int, int, int, int] | None:
@@ -754,36 +879,99 @@ class _RemoteSource(_Source):
         return {str(dest): f"{self.url}!", str(self.download): self.url}
 
 
-def _relabel(diags: Sequence[Diagnostic], aliases: Mapping[str, str]) -> tuple[Diagnostic, ...]:
-    """``diags`` with the store's private paths shown as the source people know."""
+class _Aliases:
+    """The store's private paths (a revision's directory, a download) and the names people
+    know them by (the watched directory, ``bundle.tar.gz!``, the URL), applied to whatever
+    the store hands out: diagnostics, a plan's locations, an error raised while applying."""
 
-    # A private path only where it ends a path component: r000001 is not r0000010.
-    patterns = [
-        # The replacement is a template: a backslash in it is escaped to stay one.
-        (re.compile(re.escape(private) + r"(?![\w.-])"), public.replace("\\", "\\\\"))
-        for private, public in sorted(aliases.items(), key=lambda kv: -len(kv[0]))
-    ]
+    def __init__(self, aliases: Mapping[str, str]) -> None:
+        # A private path only where it ends a path component: r000001 is not r0000010.
+        self._patterns = [
+            # The replacement is a template: a backslash in it is escaped to stay one.
+            (re.compile(re.escape(private) + r"(?![\w.-])"), public.replace("\\", "\\\\"))
+            for private, public in sorted(aliases.items(), key=lambda kv: -len(kv[0]))
+        ]
 
-    def swap(text: str) -> str:
-        for pattern, public in patterns:
+    def text(self, text: str) -> str:
+        """``text`` with every private path replaced by its public name."""
+        for pattern, public in self._patterns:
             text = pattern.sub(public, text)
         return text
 
+    def location(self, loc: Location) -> Location:
+        """``loc`` in the file people know."""
+        file = self.text(loc.file)
+        return loc if file == loc.file else dataclasses.replace(loc, file=file)
+
+    def diagnostic(self, d: Diagnostic) -> Diagnostic:
+        """``d`` located, worded and hinted with public names (its details too)."""
+        details = {k: self.text(v) if isinstance(v, str) else v for k, v in d.details.items()}
+        return dataclasses.replace(
+            d,
+            message=self.text(d.message),
+            hint=self.text(d.hint) if d.hint else d.hint,
+            location=self.location(d.location),
+            details=details,
+        )
+
+    def plan(self, plan: Plan) -> Plan:
+        """``plan`` with every location it reports (its values, prompt, layers, warnings,
+        and what :meth:`Plan.locate` answers, which the decisions cite) in the source."""
+        locate = plan._locate
+        alias = self.location
+
+        def public_locate(path: tuple[str | int, ...]) -> Location:
+            return alias(locate(path))
+
+        prompt = plan.prompt
+        if prompt is not None:
+            prompt = dataclasses.replace(
+                prompt, file=self.text(prompt.file), location=alias(prompt.location)
+            )
+        return dataclasses.replace(
+            plan,
+            policy_file=self.text(plan.policy_file),
+            values={
+                k: dataclasses.replace(v, location=alias(v.location))
+                for k, v in plan.values.items()
+            },
+            prompt=prompt,
+            layers=tuple(dataclasses.replace(x, location=alias(x.location)) for x in plan.layers),
+            warnings=tuple(self.diagnostic(d) for d in plan.warnings),
+            _locate=public_locate,
+        )
+
+    def error(self, exc: KiloRulesError) -> KiloRulesError:
+        """A copy of ``exc`` (same type and attributes) whose diagnostics name the source."""
+        diags = [self.diagnostic(d) for d in exc.diagnostics]
+        out = copy.copy(exc)
+        out.diagnostics = sorted(diags, key=Diagnostic.sort_key)
+        out.args = (str(out.diagnostics[0]),)
+        return out
+
+
+def _relabel(diags: Sequence[Diagnostic], aliases: Mapping[str, str]) -> tuple[Diagnostic, ...]:
+    """``diags`` with the store's private paths shown as the source people know, each
+    problem once (a policy error is met once per model compiled), sorted."""
+    names = _Aliases(aliases)
     out: list[Diagnostic] = []
     seen: set[tuple[str, str, str]] = set()
     for d in diags:
-        loc = d.location
-        d = dataclasses.replace(
-            d,
-            message=swap(d.message),
-            hint=swap(d.hint) if d.hint else d.hint,
-            location=dataclasses.replace(loc, file=swap(loc.file)),
-        )
+        d = names.diagnostic(d)
         key = (d.code, d.message, str(d.location))
-        if key not in seen:  # one policy error, met once per model compiled
+        if key not in seen:
             seen.add(key)
             out.append(d)
     return tuple(sorted(out, key=Diagnostic.sort_key))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one log line: a control character (a newline a policy's message quotes)
+    is written as its escape, so no line of a log can be forged by a policy file."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _tree_stamp(root: Path) -> tuple[tuple[str, int, int, int, str], ...]:
@@ -940,11 +1128,9 @@ class PolicyStore:
         # A directory is the operator's own files, unnumbered; a bundle is a release that
         # must not be replaced by an older one.
         self._guard = (
-            None
-            if source.kind == "directory"
-            else _RollbackGuard(
-                _guard_path(settings.cache_dir, source.kind, source.label), source.label
-            )
+            _RollbackGuard(_guard_path(settings.cache_dir, source.kind, source.label), source.label)
+            if source.kind in ("bundle", "url")
+            else None
         )
         # The operator's roots in force now: the background thread has a context of its own.
         self._read_roots = sandbox.operator_roots()
@@ -963,6 +1149,13 @@ class PolicyStore:
         self._swaps = self._rejected = self._reloads = self._unavailable = 0
         self._failures = 0
         self._last_error: str | None = None
+        self._last_result: ReloadResult | None = None
+        self._swapped_at: float | None = None
+        self._checked_at: float | None = None
+        # What was refused since the source last offered something good, by revision (or,
+        # without one, by its diagnostics): offered again, it is the same rejection.
+        self._refused: OrderedDict[str, Rejection] = OrderedDict()
+        self._last_rejection: Rejection | None = None
         self._rng = rng if rng is not None else random.Random()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -994,6 +1187,14 @@ class PolicyStore:
         if watch:
             store.start()
         return store
+
+    @classmethod
+    def from_bundled(cls, *, settings: StoreSettings | None = None) -> PolicyStore:
+        """A store over the policies shipped with kilo-rules, every model on
+        ``kilo-default`` (the routes :data:`BUNDLED_ROUTES`): what ``kilo-rules serve``
+        serves when no source is named. Its source reads ``<bundled>``; it never changes,
+        so there is nothing to watch."""
+        return cls(_BundledSource(), _with_source(settings))
 
     @classmethod
     def from_bundle(
@@ -1093,12 +1294,14 @@ class PolicyStore:
             current = self._current
             if current is None:
                 why = f": {self._last_error}" if self._last_error else ""
+                causes = self._problems(self._last_result)[:_MAX_CAUSES]
                 raise StoreError(
                     Diagnostic(
                         "store.not-ready",
                         f"no policy revision has passed its checks yet{why}",
                         Location(self._source.label, 1, 1),
                         hint="the store serves nothing unchecked; fix the source, then reload",
+                        details={"causes": [d.to_json() for d in causes]},
                     )
                 )
             current.holders += 1
@@ -1178,6 +1381,48 @@ class PolicyStore:
                 unavailable=self._unavailable,
             )
 
+    def status(self) -> StoreStatus:
+        """What the store serves, the last reload and the last rejection, and (while
+        nothing is served) the diagnostics of why (:class:`StoreStatus`)."""
+        stats = self.stats()
+        with self._lock:
+            current = self._current
+            last = self._last_result
+            rejection = self._last_rejection
+            pending = bool(self._refused)
+            swapped_at, checked_at = self._swapped_at, self._checked_at
+        return StoreStatus(
+            source=self._source.label,
+            kind=self._source.kind,
+            revision=current.id if current is not None else "",
+            ready=current is not None and not self._closed,
+            swapped_at=swapped_at if current is not None else None,
+            checked_at=checked_at,
+            reason=last.reason if last is not None else None,
+            rejection=rejection,
+            rejection_pending=pending,
+            problems=() if current is not None else self._problems(last),
+            stats=stats,
+        )
+
+    def _problems(self, last: ReloadResult | None) -> tuple[Diagnostic, ...]:
+        """Why nothing is served after ``last``, as diagnostics."""
+        at = Location(self._source.label, 1, 1)
+        if last is not None and last.rejected and last.diagnostics:
+            return last.diagnostics
+        if last is not None and last.reason.startswith("source unavailable"):
+            why = last.reason.partition(":")[2].strip() or "no answer"
+            return (
+                Diagnostic(
+                    "store.unavailable",
+                    f"the policy source cannot be read: {why}",
+                    at,
+                    hint="the store serves nothing unchecked; it retries at every poll",
+                ),
+            )
+        reason = last.reason if last is not None else "not loaded"
+        return (Diagnostic("store.not-ready", f"no policy revision is served ({reason})", at),)
+
     def add_listener(self, fn: Callable[[ReloadResult], None]) -> None:
         """Call ``fn`` with the result of every reload attempt from now on (from the thread
         that reloaded; an exception it raises is logged, never propagated)."""
@@ -1207,6 +1452,12 @@ class PolicyStore:
                 self._failures = self._failures + 1 if failed else 0
                 ok = result.swapped or not result.reason.startswith(("rejected", "source"))
                 self._last_error = None if ok else result.reason
+                self._last_result = result
+                self._checked_at = time.time()
+                if result.swapped or result.reason == "unchanged":
+                    # The source offers a good revision: a refused one offered again
+                    # after this is a new edit, a new rejection.
+                    self._refused.clear()
                 listeners = list(self._listeners)
         for fn in listeners:
             try:
@@ -1277,11 +1528,48 @@ class PolicyStore:
     def _rejection(
         self, cur: str | None, candidate: str | None, diags: tuple[Diagnostic, ...]
     ) -> ReloadResult:
-        with self._lock:
-            self._rejected += 1
+        """The result of a refused revision: counted and logged once, however many reloads
+        find it again (a watched directory re-checked, the same bundle downloaded again)."""
         first = next((d for d in diags if d.severity == "error"), diags[0] if diags else None)
         why = f"{first.location}: {first.message}" if first is not None else "refused"
-        return ReloadResult(False, cur or "", cur, diags, f"rejected: {why}", candidate)
+        reason = f"rejected: {why}"
+        key = candidate or json.dumps([[d.code, d.message, str(d.location)] for d in diags])
+        now = time.time()
+        with self._lock:
+            seen = self._refused.get(key)
+            if seen is not None:
+                rejection = dataclasses.replace(
+                    seen, reason=reason, diagnostics=diags, last_at=now, attempts=seen.attempts + 1
+                )
+            else:
+                self._rejected += 1
+                rejection = Rejection(candidate, reason, diags, now, now)
+            self._refused[key] = rejection
+            self._refused.move_to_end(key)
+            while len(self._refused) > _MAX_REFUSED:
+                self._refused.popitem(last=False)
+            self._last_rejection = rejection
+        if seen is None:
+            self._log_rejection(rejection, cur)
+        return ReloadResult(
+            False, cur or "", cur, diags, reason, candidate, repeated=seen is not None
+        )
+
+    def _log_rejection(self, rejection: Rejection, cur: str | None) -> None:
+        """One line saying what was refused and what serves instead, then one line per
+        diagnostic (``file:line:col: severity[code]: message``)."""
+        what = rejection.candidate or "a revision"
+        stays = f"{cur} keeps serving" if cur else "nothing is served until one passes"
+        _log.warning(
+            "policy store: %s from %s rejected (%d diagnostic%s); %s",
+            what,
+            self._source.label,
+            len(rejection.diagnostics),
+            "" if len(rejection.diagnostics) == 1 else "s",
+            stays,
+        )
+        for d in rejection.diagnostics:
+            _log.warning("%s", _one_line(str(d)))
 
     def _wanted(
         self, declared: Sequence[tuple[ModelInfo, str]] = ()
@@ -1377,9 +1665,11 @@ class PolicyStore:
             old = self._current
             self._current = rev
             self._swaps += 1
+            self._swapped_at = time.time()
             dead = old is not None and self._retire(old)
         if dead and old is not None:
             self._remove(old.root)
+        _log.info("policy store: serving %s from %s", rev.id, self._source.label)
 
     @staticmethod
     def _retire(rev: _Revision) -> bool:
