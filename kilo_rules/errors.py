@@ -247,3 +247,19 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
 class CancellationError(KiloRulesError):
     """The work was stopped before it finished: its deadline passed or its caller cancelled
     it (``kilo_rules.cancel``). Not a problem of any input."""
+
+
+class MultipleRunsWarning(UserWarning):
+    """A log holds several runs and none was asked for: run 0 was read.
+
+    ``file``, ``runs`` (how many the file holds) and ``run`` (the one read) say which;
+    pass ``run=N`` to pick another, or filter this warning to accept the first. The CLI
+    prints it as a note naming ``--run``."""
+
+    def __init__(self, file: str, runs: int, run: int, instance: str | None = None) -> None:
+        self.file, self.runs, self.run, self.instance = file, runs, run, instance
+        what = f" ({instance})" if instance else ""
+        super().__init__(
+            f"{file} holds {runs} runs; run {run}{what} was read: pass run=N (0–{runs - 1}) "
+            "to pick another"
+        )
