@@ -159,6 +159,9 @@ class FileCoverage:
     file: str
     items: tuple[CoverageItem, ...]
     covered: frozenset[CoverageItem]
+    #: A bundled policy that no case tests, compiled only as the base of one that is: not
+    #: the user's own file, so coverage summarises it in one line by default.
+    base: bool = False
 
     def counts(self, kind: Kind) -> tuple[int, int]:
         """(covered, total) items of ``kind``."""
@@ -181,6 +184,7 @@ class FileCoverage:
         kinds: tuple[Kind, ...] = ("rule", "override", "expression")
         return {
             "file": self.file,
+            "base": self.base,
             "percent": round(self.percent(), 2),
             **{f"{k}s": _counts(self.counts(k)) for k in kinds},
             "uncovered": [i.to_json() for i in self.uncovered],
@@ -332,6 +336,7 @@ class _Hits:
     override: set[Key] = field(default_factory=set)
     expression: set[Key] = field(default_factory=set)
     documents: dict[str, Document] = field(default_factory=dict)
+    tested: set[str] = field(default_factory=set)  # the policy files cases name
 
     def add(self, kind: Kind, loc: Location | None) -> None:
         k = _key(loc)
@@ -772,6 +777,7 @@ def _policy(ctx: _Context, i: int, case: CaseSpec) -> ResolvedPolicy:
         ctx.resolved[key] = hit
     for d in hit.chain:
         ctx.hits.documents.setdefault(_abs(d.file), d)
+    ctx.hits.tested.add(_abs(hit.file))
     return hit
 
 
@@ -1307,10 +1313,12 @@ def _items(doc: Document) -> list[CoverageItem]:
 
 def _coverage(hits: _Hits) -> Coverage:
     files = []
+    bundled = Path(_abs(str(bundled_root())))
     for file, doc in sorted(hits.documents.items()):
         if file == _abs(str(bundled_root() / "models.yaml")):
             continue
         items = tuple(_items(doc))
         covered = frozenset(i for i in items if _key(i.location) in getattr(hits, i.kind))
-        files.append(FileCoverage(doc.file, items, covered))
+        base = file not in hits.tested and Path(file).is_relative_to(bundled)
+        files.append(FileCoverage(doc.file, items, covered, base))
     return Coverage(tuple(files))

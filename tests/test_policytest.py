@@ -338,6 +338,55 @@ def test_coverage_text_lists_uncovered_locations(
     assert "override openai-explicit-breakpoints" in out
 
 
+MINE = """\
+version: 1
+name: mine
+extends: kilo-default
+overrides:
+  - name: small
+    when: 'model.limits.context < 100000'
+    set: {output: {max_tokens: 1000}}
+"""
+
+MINE_TEST = """\
+version: 1
+policy: mine.yaml
+model: anthropic/claude-sonnet-4-5
+cases:
+  - name: large window
+    expect:
+      plan: {overrides: []}
+"""
+
+
+def test_coverage_lists_the_files_under_test_and_sums_up_a_bundled_base(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(tmp_path, MINE, "mine.yaml")
+    _write(tmp_path, MINE_TEST)
+    monkeypatch.chdir(tmp_path)
+    assert main(["test", "p.test.yaml", "--coverage"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("coverage:")
+    shown = lines[at + 1 :]
+    assert shown[0].startswith("  mine.yaml: ")
+    assert shown[1] == "    not covered: mine.yaml:5  override small"
+    # kilo-default, reached only through extends: one line, none of its ~130 items.
+    (base,) = [line for line in shown if "kilo-default.yaml" in line]
+    assert base.endswith("; --coverage-all lists what is not covered")
+    assert "(bundled base):" in base
+    assert len(shown) == 3
+    assert main(["test", "p.test.yaml", "--coverage-all"]) == 0
+    every = capsys.readouterr().out
+    assert "not covered: " + str(KILO_DEFAULT) + ":15  rule tokens.counter" in every
+    assert main(["test", "p.test.yaml", "--coverage", "--format", "json"]) == 0
+    files = json.loads(capsys.readouterr().out)["coverage"]
+    assert [(Path(f["file"]).name, f["base"]) for f in files] == [
+        ("mine.yaml", False),
+        ("kilo-default.yaml", True),
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "steps"),
     [
