@@ -1,12 +1,20 @@
 """kilo-rules: context policies as code.
 
-Compile a YAML policy for a model, then apply the plan to a session at every step::
+Compile a YAML policy for a model once, then ask a :class:`Runtime` for the request of
+every step of the agent loop; it compacts when the policy says so::
 
-    plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
-    result = apply_plan(plan, session, StepInput(step=1))
-    result.request      # the provider's wire JSON
+    from kilo_rules import Runtime, compile_policy, read_session
+
+    runtime = Runtime(compile_policy("kilo-default", "anthropic/claude-sonnet-4-5"))
+    session = read_session("session.json")   # Session v1, or any recorded agent log
+    result = runtime.step(session)
+    result.request      # the provider's wire JSON, to send
     result.decisions    # why, rule by rule, with policy locations
-    result.mutations    # what to persist
+    result.session      # the session with the step's mutations applied, to keep
+
+``apply_plan(plan, session)`` builds one request without compacting and returns the same
+:class:`StepResult`. ``docs/getting-started.md`` walks through the loop, CI, the sidecar
+and a fleet.
 """
 
 from __future__ import annotations
@@ -28,12 +36,13 @@ if TYPE_CHECKING:
         ImportFormatError,
         KiloRulesError,
         Location,
+        MultipleRunsWarning,
         NetworkError,
         PolicyError,
         SessionError,
         StoreError,
     )
-    from .importers import detect_format, import_file, read_session
+    from .importers import detect_format, read_session
     from .net import NetworkSettings, use_network
     from .plan import Plan
     from .plugins import (
@@ -52,14 +61,7 @@ if TYPE_CHECKING:
     from .runtime.mutations import MutationError, apply_mutations
     from .runtime.prune import PruneResult, prune_session
     from .sandbox import allow_read
-    from .session import (
-        Message,
-        Session,
-        dump_session,
-        load_session,
-        session_from_data,
-        session_from_json,
-    )
+    from .session import Message, Session, dump_session
     from .simulate import SimulationReport, simulate
     from .store import PolicyStore, ReloadResult, StoreSettings
     from .summarize import Summarizer, SummarizerError, SummaryRequest
@@ -84,12 +86,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ImportFormatError",
         "KiloRulesError",
         "Location",
+        "MultipleRunsWarning",
         "NetworkError",
         "PolicyError",
         "SessionError",
         "StoreError",
     ),
-    ".importers": ("detect_format", "import_file", "read_session"),
+    ".importers": ("detect_format", "read_session"),
     ".net": ("NetworkSettings", "use_network"),
     ".plan": ("Plan",),
     ".plugins": (
@@ -108,14 +111,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".runtime.mutations": ("MutationError", "apply_mutations"),
     ".runtime.prune": ("PruneResult", "prune_session"),
     ".sandbox": ("allow_read",),
-    ".session": (
-        "Message",
-        "Session",
-        "dump_session",
-        "load_session",
-        "session_from_data",
-        "session_from_json",
-    ),
+    ".session": ("Message", "Session", "dump_session"),
     ".simulate": ("SimulationReport", "simulate"),
     ".store": ("PolicyStore", "ReloadResult", "StoreSettings"),
     ".summarize": ("Summarizer", "SummarizerError", "SummaryRequest"),
@@ -128,6 +124,18 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 #: They are left out of ``__all__`` and warn on every use, so that each caller hears of it.
 _DEPRECATED: dict[str, tuple[str, str, str]] = {
     "TurnResult": (".runtime.apply", "StepResult", "kilo_rules.StepResult"),
+    "import_file": (".importers", "import_file", "kilo_rules.read_session(path, fmt=...)"),
+    "load_session": (".session", "load_session", "kilo_rules.read_session(path)"),
+    "session_from_data": (
+        ".session",
+        "session_from_data",
+        "kilo_rules.read_session(data=..., name=...)",
+    ),
+    "session_from_json": (
+        ".session",
+        "session_from_json",
+        "kilo_rules.read_session(text=..., name=...)",
+    ),
 }
 
 
@@ -138,11 +146,11 @@ def __getattr__(name: str) -> Any:
     if old is not None:
         import warnings
 
-        module, attr, use = old
+        home, attr, use = old
         warnings.warn(
             f"kilo_rules.{name} is deprecated: use {use}", DeprecationWarning, stacklevel=2
         )
-        return getattr(import_module(module, __name__), attr)
+        return getattr(import_module(home, __name__), attr)
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -199,6 +207,7 @@ __all__ = [
     "Location",
     "Message",
     "ModelInfo",
+    "MultipleRunsWarning",
     "MutationError",
     "NetworkError",
     "NetworkSettings",
@@ -239,16 +248,12 @@ __all__ = [
     "compile_policy",
     "detect_format",
     "dump_session",
-    "import_file",
     "load_routes",
-    "load_session",
     "model_from_data",
     "prune_session",
     "read_session",
     "register_system_transform",
     "resolve_policy",
-    "session_from_data",
-    "session_from_json",
     "simulate",
     "truncate_output",
     "unregister_system_transform",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.errors import SessionError
+from kilo_rules.errors import Location, SessionError
 from kilo_rules.session import (
     MAX_BYTES,
     CompactionPart,
@@ -312,8 +312,8 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
         load_session(fifo)
     assert err.value.diagnostic.code == "io.not-regular-file"
     from kilo_rules.importers import read_session
-    from kilo_rules.safefs import ReadRefused
 
-    with pytest.raises(ReadRefused) as refused:
+    with pytest.raises(SessionError) as refused:
         read_session(fifo)
-    assert refused.value.reason == "not-regular"
+    assert refused.value.diagnostic.code == "io.not-regular-file"
+    assert refused.value.diagnostic.location == Location(str(fifo), 1, 1)

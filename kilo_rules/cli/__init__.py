@@ -17,11 +17,15 @@ tables end in an ellipsis, and ``--full`` shows them whole.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from importlib import import_module
+from typing import TextIO
 
 from .. import __version__
+from ..errors import MultipleRunsWarning
 from ..net import NetworkSettings, use_network
 from ..sandbox import allow_read
 from ._options import read_roots
@@ -117,5 +121,39 @@ def _handle(args: argparse.Namespace) -> int:
     # Every command reads policies under the same roots, set once here rather than passed
     # to each check and compile call.
     # The same for the network policy: read from KILO_RULES_NET_* here, never by the library.
-    with allow_read(read_roots(args)), use_network(NetworkSettings()):
+    with allow_read(read_roots(args)), use_network(NetworkSettings()), _notes(args.command):
         return int(args.handler(args))
+
+
+@contextlib.contextmanager
+def _notes(command: str) -> Iterator[None]:
+    """Show the library's :class:`MultipleRunsWarning` as a note in the CLI's words, every
+    time it is given, whatever the warning filters say; other warnings as before."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", MultipleRunsWarning)
+        shown = warnings.showwarning
+
+        def show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
+            if isinstance(message, MultipleRunsWarning):
+                print(run_note(command, message), file=sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
+def run_note(command: str, w: MultipleRunsWarning) -> str:
+    """The note a command prints when it read run ``w.run`` of a log that holds several."""
+    what = f" ({w.instance})" if w.instance else ""
+    return (
+        f"kilo-rules {command}: note: {w.file} holds {w.runs} runs (one per line); "
+        f"read run {w.run}{what}; pick another with --run N (0–{w.runs - 1})"
+    )

@@ -1,30 +1,46 @@
-"""Importers: recorded agent logs → Session v1.
+"""Importers: recorded agent logs → Session v1, and :func:`read_session`, the one reader.
+
+:func:`read_session` is the way in for anything a user may hand over as a session: a
+Session v1 file or a recorded agent log in any format below, from a path, a text or
+already-parsed JSON. It tells Session v1 from a log by parsing once (never by looking at a
+prefix), validates Session v1 as such and imports everything else; every problem is a
+typed error located ``file:line:col`` (:class:`~kilo_rules.errors.SessionError` for a bad
+Session v1 or a file that cannot be read, :class:`~kilo_rules.errors.ImportFormatError`
+for a log).
 
 One module per foreign format, each with ``NAME``, ``DESCRIPTION``, ``sniff(source)`` and
-``convert(source, run)``. :func:`import_file` reads a file, :func:`detect_format` picks the
-format when it is not given, and every problem (bad UTF-8, a line that is not JSON, a value
-of the wrong shape, an unknown format) is an :class:`~kilo_rules.errors.ImportFormatError`
-located ``file:line:col``. A Session v1 document is not a log: the importers refuse it.
+``convert(source, run)``. :func:`import_text` and :func:`import_file` are the importer on
+its own, for ``kilo-rules import``: they refuse a Session v1 document, which needs no
+import.
 
-:func:`read_session` is the reader for anything a user may pass as ``--session``: it tells
-Session v1 from a log by parsing the file once (never by looking at a prefix), validates
-Session v1 as such and imports everything else.
-
->>> from kilo_rules.importers import import_file
->>> session = import_file("examples/sessions/swe-agent-gpt4-pydicom-1458.traj")
+>>> from kilo_rules import read_session
+>>> session = read_session("examples/sessions/swe-agent-gpt4-pydicom-1458.traj")
 >>> session.messages[0].role
 'user'
+
+A file that holds several runs (OpenHands evaluation output, one run per line) gives run 0
+unless ``run=`` picks one, with a :class:`MultipleRunsWarning` saying how many there are.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from .. import safefs
-from ..errors import Diagnostic, ImportFormatError, Location, did_you_mean
+from ..errors import (
+    Diagnostic,
+    ImportFormatError,
+    Location,
+    MultipleRunsWarning,
+    SessionError,
+    did_you_mean,
+)
 from ..load import read_error
 from ..session import MAX_BYTES, Session, is_session_v1, session_from_data
 from . import (
@@ -39,6 +55,7 @@ from ._source import Source, check_size, decode, fail, fail_size, load
 
 __all__ = [
     "FORMATS",
+    "MultipleRunsWarning",
     "detect_format",
     "import_file",
     "import_text",
@@ -61,6 +78,27 @@ FORMATS: Mapping[str, str] = MappingProxyType(
     {m.NAME: m.DESCRIPTION for m in sorted(_MODULES, key=lambda m: m.NAME)}
 )
 """Format name → one-line description, for ``fmt=`` and ``kilo-rules import --from``."""
+
+
+def _warn_if_one_of_many(session: Session, run: int | None, file: str, stacklevel: int) -> None:
+    """Warn the caller ``stacklevel`` frames up when ``session`` is one run of several and
+    ``run`` did not name it."""
+    meta = session.metadata.get("import")
+    if run is not None or not isinstance(meta, dict):
+        return
+    runs, chosen = meta.get("runs"), meta.get("run")
+    if isinstance(runs, int) and isinstance(chosen, int) and runs > 1:
+        oh = session.metadata.get("openhands")
+        instance = oh.get("instance_id") if isinstance(oh, dict) else None
+        warnings.warn(
+            MultipleRunsWarning(
+                file,
+                runs,
+                chosen,
+                instance if isinstance(instance, str) else None,
+            ),
+            stacklevel=stacklevel + 1,
+        )
 
 
 def _parse(text: str, fmt: str, name: str) -> Source:
@@ -137,70 +175,139 @@ def detect_format(text: str, *, name: str = "<text>") -> str:
     return _detect(_parse(text, "auto", name), "auto")
 
 
+_NO_DATA: Any = object()
+
+
 def import_text(
     text: str, *, fmt: str = "auto", run: int | None = None, name: str = "<text>"
 ) -> Session:
-    """Import a log held in memory. ``name`` is the file name used in error locations.
+    """Import a log held in memory (the importer alone: see :func:`read_session`). ``name``
+    is the file name used in error locations.
 
     ``run`` selects one run of a file that holds several (OpenHands eval output: one per
-    line), 0-based, default 0; other formats hold exactly one. A Session v1 document is
-    refused (code ``import.session-v1``): it needs no import."""
+    line), 0-based, default 0 with a :class:`MultipleRunsWarning`; other formats hold
+    exactly one. A Session v1 document is refused (code ``import.session-v1``): it needs no
+    import."""
     src = _parse(text, fmt, name)
-    return _convert(src, _detect(src, fmt), run)
+    session = _convert(src, _detect(src, fmt), run)
+    _warn_if_one_of_many(session, run, name, stacklevel=2)
+    return session
 
 
-def read_session_text(text: str, *, run: int | None = None, name: str = "<text>") -> Session:
-    """A Session v1 document, or a log in any format the importers recognise, as a session.
-
-    The text is parsed once. When :func:`~kilo_rules.session.is_session_v1` holds for the
-    parsed value it is validated as Session v1, and a bad one is a located
-    :class:`~kilo_rules.errors.SessionError`; anything else is imported as by
-    :func:`import_text` with the format detected."""
-    src = _parse(text, "auto", name)
-    if _session_v1(src):
+def _read_text(text: str, fmt: str, run: int | None, name: str, stacklevel: int) -> Session:
+    src = _parse(text, fmt, name)
+    if fmt == "auto" and _session_v1(src):
+        # Its metadata may tell of the runs of the log it came from: no choice was made now.
         _one_run(run, "Session v1 file", name)
         return session_from_data(src.records[0].value, file=name, text=text)
-    return _convert(src, _detect(src, "auto"), run)
+    session = _convert(src, _detect(src, fmt), run)
+    _warn_if_one_of_many(session, run, name, stacklevel + 1)
+    return session
 
 
-def read_session_bytes(data: bytes, *, run: int | None = None, name: str = "<bytes>") -> Session:
-    """A session from the bytes of a file already read (UTF-8; see
-    :func:`read_session_text`), for callers that read it themselves, e.g. through the
-    sandbox; a text of more than :data:`~kilo_rules.session.MAX_BYTES` is refused."""
-    if len(data) > MAX_BYTES:
-        fail_size(name)
-    return read_session_text(decode(data, name), run=run, name=name)
+def read_session(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    text: str | bytes | None = None,
+    data: Any = _NO_DATA,
+    name: str | None = None,
+    fmt: str = "auto",
+    run: int | None = None,
+) -> Session:
+    """The session in a Session v1 document or a recorded agent log, whichever it is.
+
+    Give one source: ``path``, a file (only a regular file is read: a FIFO, device or
+    directory is refused without blocking); ``text``, its contents (``bytes`` are decoded
+    as UTF-8, a BOM dropped); or ``data``, JSON already parsed (a ``dict``, a ``list``).
+    ``name`` is the file name errors are located in (default: ``path``, else ``<text>``
+    or ``<data>``).
+
+    With ``fmt="auto"`` the document is parsed once: when
+    :func:`~kilo_rules.session.is_session_v1` holds it is validated as Session v1, else
+    its format is detected among :data:`FORMATS` and it is imported. A format named in
+    ``fmt`` imports it as that log (a Session v1 document is then refused). ``run`` picks
+    one run of a file that holds several (OpenHands output, one per line), 0-based; without
+    it run 0 is read and a :class:`MultipleRunsWarning` says so.
+
+    Every problem is a typed, located error: :class:`~kilo_rules.errors.SessionError` for a
+    file that cannot be read (``io.read``, ``io.not-regular-file``) or a bad Session v1,
+    :class:`~kilo_rules.errors.ImportFormatError` for a log that cannot be imported (an
+    unknown format, a run out of range, a file larger than
+    :data:`~kilo_rules.session.MAX_BYTES`: ``import.size``)."""
+    given = [k for k, v in (("path", path), ("text", text)) if v is not None]
+    if data is not _NO_DATA:
+        given.append("data")
+    if len(given) != 1:
+        raise TypeError(
+            "read_session() takes one of path, text= or data=, "
+            + (f"not {' and '.join(given)}" if given else "and none was given")
+        )
+    if path is not None:
+        file = name or os.fspath(path)
+        raw = _read_path(Path(path), file)
+        return _read_text(decode(raw, file), fmt, run, file, stacklevel=2)
+    if text is not None:
+        file = name or "<text>"
+        if isinstance(text, bytes):
+            if len(text) > MAX_BYTES:
+                fail_size(file)
+            text = decode(text, file)
+        return _read_text(text.removeprefix("\ufeff"), fmt, run, file, stacklevel=2)
+    file = name or "<data>"
+    if fmt == "auto" and is_session_v1(data):
+        _one_run(run, "Session v1 document", file)
+        return session_from_data(data, file=file)
+    # A log's importer reads records of JSON text; errors are located in its rendering.
+    return _read_text(_render(data, file), fmt, run, file, stacklevel=2)
 
 
-def read_session(path: str | Path, *, run: int | None = None) -> Session:
-    """The session in the file at ``path``: Session v1 or a recorded log (UTF-8; see
-    :func:`read_session_text`). Only a regular file is read: a FIFO, device or directory is
-    refused without blocking, as an unreadable file is, with an :class:`OSError`
-    (:class:`~kilo_rules.safefs.ReadRefused`, whose ``reason`` says why); a file larger than
-    :data:`~kilo_rules.session.MAX_BYTES` is an :class:`ImportFormatError` (code
-    ``import.size``), refused without reading it whole."""
-    p = Path(path)
-    return read_session_bytes(_read(p), run=run, name=str(p))
+def _render(data: Any, file: str) -> str:
+    try:
+        return json.dumps(data, ensure_ascii=False, indent=1, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        fail("import.shape", f"not JSON data: {exc}", Location(file, 1, 1))
 
 
-def _read(path: Path) -> bytes:
+def _read_path(path: Path, file: str) -> bytes:
     try:
         return safefs.read_regular(path, max_bytes=MAX_BYTES)
     except safefs.ReadRefused as exc:
         if exc.reason == "too-large":
-            fail_size(str(path))
-        raise
+            fail_size(file)
+        raise SessionError(read_error(exc, file, "the session")) from None
+    except OSError as exc:
+        raise SessionError(read_error(exc, file, "the session")) from None
+
+
+def read_session_text(text: str, *, run: int | None = None, name: str = "<text>") -> Session:
+    """``read_session(text=text, name=name, run=run)``, for callers holding the text."""
+    return _read_text(text, "auto", run, name, stacklevel=2)
+
+
+def read_session_bytes(data: bytes, *, run: int | None = None, name: str = "<bytes>") -> Session:
+    """``read_session(text=data, name=name, run=run)``, for callers that read the file
+    themselves, e.g. through the sandbox."""
+    if len(data) > MAX_BYTES:
+        fail_size(name)
+    return _read_text(decode(data, name), "auto", run, name, stacklevel=2)
 
 
 def import_file(path: str | Path, *, fmt: str = "auto", run: int | None = None) -> Session:
-    """Import the log at ``path`` (UTF-8; see :func:`import_text`).
+    """Import the log at ``path`` (UTF-8; the importer alone, see :func:`import_text`).
 
     An unreadable file is an :class:`ImportFormatError` with code ``io.read`` (a FIFO,
     device or directory: ``io.not-regular-file``, refused without blocking), one larger
     than :data:`~kilo_rules.session.MAX_BYTES` one with code ``import.size``."""
     p = Path(path)
     try:
-        data = _read(p)
+        data = safefs.read_regular(p, max_bytes=MAX_BYTES)
+    except safefs.ReadRefused as exc:
+        if exc.reason == "too-large":
+            fail_size(str(p))
+        raise ImportFormatError(read_error(exc, str(p), str(p))) from None
     except OSError as exc:
         raise ImportFormatError(read_error(exc, str(p), str(p))) from None
-    return import_text(decode(data, str(p)), fmt=fmt, run=run, name=str(p))
+    src = _parse(decode(data, str(p)), fmt, str(p))
+    session = _convert(src, _detect(src, fmt), run)
+    _warn_if_one_of_many(session, run, str(p), stacklevel=2)
+    return session

@@ -11,8 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from kilo_rules import read_session
 from kilo_rules.compile import compile_policy
-from kilo_rules.importers import import_file
 from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput
 from kilo_rules.session import Session
@@ -64,7 +64,7 @@ DECISIONS = json.loads((ROOT / "schemas" / "decisions.v1.json").read_text(encodi
 
 @cache
 def _session(path: Path) -> Session:
-    return import_file(path)
+    return read_session(path, run=0)  # run 0 of the OpenHands output, on purpose
 
 
 @pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
