@@ -42,7 +42,7 @@ import stat
 import time
 import unicodedata
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,6 +76,7 @@ __all__ = [
     "RATIO_FLOOR",
     "SIGNATURE",
     "BundleError",
+    "FilesCheck",
     "Manifest",
     "build_bundle",
     "default_revision_number",
@@ -85,6 +86,7 @@ __all__ = [
     "generate_keypair",
     "parse_expires_at",
     "path_problem",
+    "read_bundle",
     "revision_of",
     "sign_bundle",
     "verify_bundle",
@@ -571,12 +573,18 @@ def default_revision_number(previous: Path | None = None, now: float | None = No
     return min(max(clock, before + 1, 1), MAX_REVISION_NUMBER)
 
 
+#: Called with the files a bundle is about to hold (path → bytes), before anything is
+#: written; it raises to refuse them (``kilo-rules bundle build`` checks the policies).
+FilesCheck = Callable[[Mapping[str, bytes]], None]
+
+
 def build_bundle(
     root: Path,
     out: Path,
     *,
     revision_number: int | None = None,
     expires_at: datetime | None = None,
+    check: FilesCheck | None = None,
 ) -> Manifest:
     """Pack the policy directory ``root`` (the files :func:`directory_revision` lists) into
     the bundle ``out``, unsigned; returns its manifest.
@@ -584,7 +592,8 @@ def build_bundle(
     The manifest carries ``revision_number`` (default :func:`default_revision_number` with
     the bundle already at ``out`` as the previous release) and, when given, ``expires_at``.
     The tarball is deterministic: the same directory and number give a byte-identical
-    file. When ``out`` lies under ``root`` it is left out of the bundle."""
+    file. When ``out`` lies under ``root`` it is left out of the bundle. ``check`` is given
+    the files as read, the very bytes packed, and nothing is written when it raises."""
     root, out = Path(root), Path(out)
     skip: str | None = None
     with contextlib.suppress(OSError, ValueError):
@@ -593,6 +602,8 @@ def build_bundle(
     number = revision_number if revision_number is not None else default_revision_number(out)
     _check_number(number)
     _check_expiry(expires_at)
+    if check is not None:
+        check(MappingProxyType(files))
     manifest = _manifest(_digests(files), number, expires_at)
     _write_atomic(out, _pack(_bundle_members(manifest.dumps(), None, files)))
     return manifest
@@ -1072,6 +1083,15 @@ def verify_bundle(
     return _verified(bundle, public_key_pem, now)[1]
 
 
+def read_bundle(
+    bundle: Path, public_key_pem: bytes | None = None, *, now: datetime | None = None
+) -> tuple[Manifest, Mapping[str, bytes]]:
+    """The manifest and files (path → bytes) of ``bundle``, checked as
+    :func:`verify_bundle` checks it; nothing is written."""
+    contents, manifest = _verified(bundle, public_key_pem, now)
+    return manifest, MappingProxyType(contents.files)
+
+
 def sign_bundle(
     bundle: Path,
     private_key_pem: bytes,
@@ -1079,11 +1099,13 @@ def sign_bundle(
     *,
     revision_number: int | None = None,
     expires_at: datetime | None = None,
+    check: FilesCheck | None = None,
 ) -> Manifest:
     """Sign ``bundle`` with an Ed25519 private key: ``manifest.sig`` is added (a signature
     already there is replaced) and the tarball rewritten deterministically to ``out``
     (default: in place, atomically); returns the manifest signed. The bundle is verified
-    first: a bundle that does not match its manifest is never signed.
+    first: a bundle that does not match its manifest is never signed, nor one whose files
+    ``check`` raises for (it is given them once verified).
 
     The manifest keeps the revision number and expiry it was built with unless
     ``revision_number`` or ``expires_at`` replace them (the signature then covers the new
@@ -1093,6 +1115,8 @@ def sign_bundle(
     key = _private_key(private_key_pem)
     target = Path(out if out is not None else bundle)
     contents, manifest = _verified(bundle, None, fresh=expires_at is None)
+    if check is not None:
+        check(MappingProxyType(contents.files))
     if revision_number is not None or expires_at is not None or manifest.revision_number == 0:
         number = revision_number
         if number is None:

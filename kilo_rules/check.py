@@ -10,7 +10,9 @@ the bundled catalog. All diagnostics are collected, none stops the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import dataclasses
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,22 +181,37 @@ def check_policy_file(path: Path) -> tuple[list[Diagnostic], dict[str, str]]:
 POLICY_HOOKS: list[Callable[..., list[Diagnostic]]] = []
 
 
-def check_paths(paths: Iterable[str], *, models: Sequence[ModelInfo] = ()) -> CheckReport:
+def check_paths(
+    paths: Iterable[str],
+    *,
+    models: Sequence[ModelInfo] = (),
+    bundle_key: bytes | None = None,
+) -> CheckReport:
     """Check every file named by ``paths``; a policy that checks clean is also compiled
     for each of ``models``, adding what compile finds doubtful for that model (a window
-    with no room left, a tail larger than the usable window, ...)."""
+    with no room left, a tail larger than the usable window, ...). A bundle file is
+    checked as :func:`check_bundle` does, its signature against ``bundle_key`` if given."""
     from .checks import file_checks_once
 
     with file_checks_once():
-        return _check_paths(paths, models)
+        return _check_paths(paths, models, bundle_key)
 
 
-def _check_paths(paths: Iterable[str], models: Sequence[ModelInfo]) -> CheckReport:
+def _check_paths(
+    paths: Iterable[str], models: Sequence[ModelInfo], bundle_key: bytes | None = None
+) -> CheckReport:
     report = CheckReport()
     files, problems = expand_paths(paths)
     report.usage_errors.extend(problems)
     policies_checked: set[Path] = set()
     for path in files:
+        if is_bundle(path):
+            inner = check_bundle(path, bundle_key, models=models)
+            report.files.extend(inner.files)
+            report.diagnostics.extend(inner.diagnostics)
+            report.sources.update(inner.sources)
+            report.usage_errors.extend(inner.usage_errors)
+            continue
         report.files.append(str(path))
         try:
             doc = _load(path)
@@ -248,3 +265,72 @@ def _model_diagnostics(path: Path, models: Sequence[ModelInfo]) -> list[Diagnost
         except KiloRulesError as exc:
             out.extend(exc.diagnostics)
     return out
+
+
+# ---------------------------------------------------------------------------- bundles
+
+#: The first bytes of a gzip stream: a bundle (no YAML file starts with a control byte).
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_bundle(path: Path) -> bool:
+    """Whether the file at ``path`` is a bundle (a gzip stream) rather than YAML."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(2) == _GZIP_MAGIC
+    except OSError:
+        return False  # reported by the load that follows
+
+
+def check_bundle(
+    bundle: Path, public_key_pem: bytes | None = None, *, models: Sequence[ModelInfo] = ()
+) -> CheckReport:
+    """Verify ``bundle`` as ``kilo-rules bundle verify`` does (its members against the
+    manifest, its expiry, and with ``public_key_pem`` its signature), then check every
+    file in it as :func:`check_paths` checks a directory, each located inside the bundle
+    (``policies.tar.gz!/team.yaml:4:3``)."""
+    from .bundle import BundleError, read_bundle
+
+    try:
+        _, files = read_bundle(bundle, public_key_pem)
+    except BundleError as exc:
+        report = CheckReport(files=[str(bundle)], diagnostics=list(exc.diagnostics))
+        if all(d.code in _BUNDLE_USAGE_CODES for d in exc.diagnostics):
+            report.usage_errors.extend(str(d) for d in exc.diagnostics)
+        return report
+    return check_files(files, f"{bundle}!/", models=models)
+
+
+#: Bundle refusals about what was asked (a file that cannot be read, a key), not the bundle.
+_BUNDLE_USAGE_CODES = frozenset({"bundle.io", "bundle.key", "bundle.cryptography-missing"})
+
+
+def check_files(
+    files: Mapping[str, bytes], shown_as: str, *, models: Sequence[ModelInfo] = ()
+) -> CheckReport:
+    """Check a policy tree given as its files (relative POSIX path → bytes), as
+    :func:`check_paths` checks a directory holding them; each file is named ``shown_as``
+    followed by its path (a bundle's ``b.tar.gz!/``, or the directory it was read from)."""
+    with tempfile.TemporaryDirectory(prefix="kilo-rules-check-") as tmp:
+        root = Path(tmp).resolve()
+        for rel, data in files.items():
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        inner = check_paths([str(root)], models=models)
+
+    def shown(text: str) -> str:
+        return text.replace(f"{root}/", shown_as).replace(str(root), shown_as.rstrip("/!"))
+
+    report = CheckReport(
+        files=[shown(f) for f in inner.files],
+        sources={shown(f): t for f, t in inner.sources.items()},
+        usage_errors=[shown(u) for u in inner.usage_errors],
+    )
+    for d in inner.diagnostics:
+        loc = dataclasses.replace(d.location, file=shown(d.location.file))
+        hint = shown(d.hint) if d.hint else d.hint
+        report.diagnostics.append(
+            dataclasses.replace(d, message=shown(d.message), location=loc, hint=hint)
+        )
+    return report

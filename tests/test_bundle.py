@@ -52,7 +52,7 @@ def _policy_dir(root: Path) -> Path:
     (root / "p.yaml").write_text(POLICY, encoding="utf-8")
     (root / "prompts").mkdir(exist_ok=True)
     (root / "prompts" / "agent.md").write_text(PROMPT, encoding="utf-8")
-    (root / "routes.yaml").write_text("routes: []\n", encoding="utf-8")
+    (root / "routes.yaml").write_text("version: 1\ndefault: ./p.yaml\n", encoding="utf-8")
     return root
 
 
@@ -813,6 +813,83 @@ def test_cli_keygen_never_overwrites(in_tmp: Path, capsys: pytest.CaptureFixture
     assert main(["bundle", "keygen", "--out-dir", "k"]) == EXIT_USAGE
     assert "already exists" in capsys.readouterr().err
     assert (in_tmp / "k" / "bundle.key").read_bytes() == key
+
+
+BROKEN = "version: 1\nname: p\nextends: kilo-default\nprune:\n  protect_turnz: 2\n"
+
+
+def test_cli_build_refuses_a_tree_check_rejects_and_writes_nothing(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _policy_dir(in_tmp / "pol")
+    assert main(["bundle", "build", "pol", "-o", "b.tar.gz", "--revision", "1"]) == EXIT_OK
+    before = (in_tmp / "b.tar.gz").read_bytes()
+    capsys.readouterr()
+    (in_tmp / "pol" / "p.yaml").write_text(BROKEN, encoding="utf-8")
+    for out in ("b.tar.gz", "new.tar.gz"):
+        assert main(["bundle", "build", "pol", "-o", out, "--revision", "2"]) == (EXIT_DIAGNOSTICS)
+        err = capsys.readouterr().err
+        assert "pol/p.yaml:5:3: error[schema.unknown-key]: unknown key 'protect_turnz'" in err
+        assert "   5 |   protect_turnz: 2" in err  # the source line, with a caret
+        assert err.rstrip().endswith(
+            "1 error(s) in its policies (kilo-rules check); nothing written"
+        )
+    assert (in_tmp / "b.tar.gz").read_bytes() == before
+    assert not (in_tmp / "new.tar.gz").exists()
+    assert sorted(p.name for p in in_tmp.iterdir()) == ["b.tar.gz", "pol"]  # no temporary
+
+
+def test_cli_sign_refuses_a_bundle_whose_policies_check_rejects(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _policy_dir(in_tmp / "pol")
+    (in_tmp / "pol" / "p.yaml").write_text(BROKEN, encoding="utf-8")
+    build_bundle(in_tmp / "pol", in_tmp / "b.tar.gz")  # the library does not check
+    before = (in_tmp / "b.tar.gz").read_bytes()
+    assert main(["bundle", "keygen", "--out-dir", "keys"]) == EXIT_OK
+    capsys.readouterr()
+    for extra in ([], ["-o", "s.tar.gz"]):
+        argv = ["bundle", "sign", "b.tar.gz", "--key", "keys/bundle.key", *extra]
+        assert main(argv) == EXIT_DIAGNOSTICS
+        err = capsys.readouterr().err
+        assert "b.tar.gz!/p.yaml:5:3: error[schema.unknown-key]" in err
+    assert (in_tmp / "b.tar.gz").read_bytes() == before
+    assert not (in_tmp / "s.tar.gz").exists()
+
+
+def test_cli_check_verifies_a_bundle_and_checks_its_policies(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _policy_dir(in_tmp / "pol")
+    (in_tmp / "pol" / "p.yaml").write_text(BROKEN, encoding="utf-8")
+    build_bundle(in_tmp / "pol", in_tmp / "b.tar.gz")
+    assert main(["check", "b.tar.gz", "--format", "json"]) == EXIT_DIAGNOSTICS
+    (d,) = json.loads(capsys.readouterr().out)
+    assert (d["code"], d["location"]) == (
+        "schema.unknown-key",
+        {"file": "b.tar.gz!/p.yaml", "line": 5, "col": 3},
+    )
+    assert main(["check", "b.tar.gz"]) == EXIT_DIAGNOSTICS
+    assert "   5 |   protect_turnz: 2" in capsys.readouterr().out  # carets from the bundle
+
+    (in_tmp / "pol" / "p.yaml").write_text(POLICY, encoding="utf-8")
+    build_bundle(in_tmp / "pol", in_tmp / "b.tar.gz")
+    assert main(["check", "b.tar.gz"]) == EXIT_OK
+    # The YAML files inside it are checked, not the prompt.
+    assert "checked 2 file(s): 0 error(s)" in capsys.readouterr().err
+    assert main(["bundle", "keygen", "--out-dir", "keys"]) == EXIT_OK
+    assert main(["check", "b.tar.gz", "--pubkey", "keys/bundle.pub"]) == EXIT_DIAGNOSTICS
+    assert "b.tar.gz:1:1: error[bundle.unsigned]" in capsys.readouterr().out
+    assert main(["bundle", "sign", "b.tar.gz", "--key", "keys/bundle.key"]) == EXIT_OK
+    capsys.readouterr()
+    assert main(["check", "b.tar.gz", "--pubkey", "keys/bundle.pub"]) == EXIT_OK
+    assert "checked 2 file(s): 0 error(s)" in capsys.readouterr().err
+
+    members = [(n, b"evil" if n == "p.yaml" else d) for n, d in _members(in_tmp / "b.tar.gz")]
+    (in_tmp / "bad.tar.gz").write_bytes(_tar(members))
+    assert main(["check", "bad.tar.gz"]) == EXIT_DIAGNOSTICS
+    assert "bad.tar.gz!/p.yaml:1:1: error[bundle.digest]" in capsys.readouterr().out
+    assert main(["check", "b.tar.gz", "--pubkey", "missing.pem"]) == EXIT_USAGE
 
 
 def test_cli_docs_list_the_bundle_commands() -> None:

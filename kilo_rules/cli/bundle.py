@@ -10,6 +10,9 @@ The revision number orders releases (a store refuses one not above the one it se
 ``--revision N``, or by default the Unix time in seconds, or one more than the number of
 the bundle already at the output when that is higher (docs/bundles.md, "Rollback").
 
+``build`` and ``sign`` check the policies the bundle holds first, as ``kilo-rules check``
+does, and refuse on an error (exit 1, the diagnostics on stderr, nothing written).
+
 A bundle that fails a check exits 1 with the located diagnostic on stderr; a file that
 cannot be read or written, a key that cannot be loaded, or a missing ``cryptography``
 (the ``bundle`` extra) exits 2."""
@@ -20,12 +23,14 @@ import argparse
 import dataclasses
 import os
 import sys
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
 from ..bundle import (
     MAX_REVISION_NUMBER,
     BundleError,
+    FilesCheck,
     Manifest,
     build_bundle,
     expires_at_text,
@@ -34,9 +39,11 @@ from ..bundle import (
     sign_bundle,
     verify_bundle,
 )
+from ..check import CheckReport, check_files
 from ..errors import Diagnostic, Location
 from . import _options as opt
-from ._runner import EXIT_OK, EXIT_USAGE, report
+from ._runner import EXIT_DIAGNOSTICS, EXIT_OK, EXIT_USAGE, report
+from .check import print_diagnostics
 
 #: Codes about what was asked (a path, a key, the installation), not about a bundle.
 _USAGE_CODES = frozenset({"bundle.io", "bundle.key", "bundle.cryptography-missing", "bundle.dest"})
@@ -163,21 +170,61 @@ def _refused(exc: BundleError, key: str | None = None) -> int:
     return EXIT_USAGE if all(d.code in _USAGE_CODES for d in exc.diagnostics) else code
 
 
-def _read_key(path: str) -> bytes:
+def read_key(path: str) -> bytes:
+    """The bytes of a key file (``--key``, ``--pubkey``); raises OSError."""
     # A key file is small; reading a few kilobytes at most keeps /dev/zero harmless.
     with Path(path).open("rb") as fh:
         return fh.read(64 * 1024)
 
 
+class _UncheckedError(Exception):
+    """The policies a bundle would hold do not pass ``kilo-rules check``."""
+
+    def __init__(self, report: CheckReport) -> None:
+        super().__init__("the bundle's policies have errors")
+        self.report = report
+
+
+def _checked(shown_as: str) -> FilesCheck:
+    """A check of the files a bundle is about to hold, as ``kilo-rules check`` checks a
+    policy tree, that refuses them on an error (warnings are printed, and let through)."""
+
+    def check(files: Mapping[str, bytes]) -> None:
+        report = check_files(files, shown_as)
+        if report.errors or report.usage_errors:
+            raise _UncheckedError(report)
+        if report.diagnostics:
+            print_diagnostics(report.diagnostics, "text", report.sources, sys.stderr)
+
+    return check
+
+
+def _unchecked(exc: _UncheckedError, what: str) -> int:
+    report = exc.report
+    for problem in report.usage_errors:
+        print(f"kilo-rules bundle: {problem}", file=sys.stderr)
+    print_diagnostics(report.diagnostics, "text", report.sources, sys.stderr)
+    print(
+        f"kilo-rules bundle: {what}: {len(report.errors)} error(s) in its policies "
+        "(kilo-rules check); nothing written",
+        file=sys.stderr,
+    )
+    return EXIT_DIAGNOSTICS
+
+
 def run_build(args: argparse.Namespace) -> int:
-    """Build the bundle and print its revision."""
+    """Check the directory's policies, build the bundle and print its revision."""
+    root = Path(args.dir)
     try:
         manifest = build_bundle(
-            Path(args.dir),
+            root,
             Path(args.output),
             revision_number=args.revision,
             expires_at=args.expires_at,
+            check=_checked(f"{root.as_posix().rstrip('/')}/"),
         )
+    except _UncheckedError as exc:
+        return _unchecked(exc, args.dir)
     except BundleError as exc:
         return _refused(exc)
     print(manifest.revision)
@@ -189,14 +236,21 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_sign(args: argparse.Namespace) -> int:
-    """Sign the bundle and print its revision."""
-    key = _read_key(args.key)
+    """Check the bundle's policies, sign it and print its revision."""
+    key = read_key(args.key)
     out = Path(args.output) if args.output else None
     try:
         sign_bundle(
-            Path(args.file), key, out, revision_number=args.revision, expires_at=args.expires_at
+            Path(args.file),
+            key,
+            out,
+            revision_number=args.revision,
+            expires_at=args.expires_at,
+            check=_checked(f"{args.file}!/"),
         )
         manifest = verify_bundle(out or Path(args.file))
+    except _UncheckedError as exc:
+        return _unchecked(exc, args.file)
     except BundleError as exc:
         return _refused(exc, args.key)
     print(manifest.revision)
@@ -209,7 +263,7 @@ def run_sign(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Verify the bundle and print its revision."""
-    key = _read_key(args.pubkey) if args.pubkey else None
+    key = read_key(args.pubkey) if args.pubkey else None
     try:
         manifest = verify_bundle(Path(args.file), key)
     except BundleError as exc:

@@ -19,7 +19,7 @@ from ._options import (
     add_format,
     model,
 )
-from ._runner import relative
+from ._runner import EXIT_USAGE, relative
 
 
 def register(sub: Subcommands) -> None:
@@ -29,9 +29,17 @@ def register(sub: Subcommands) -> None:
         "check",
         summary="validate policy and catalog files (for CI)",
         description="Validate policy and catalog files: YAML limits, JSON Schema, extends "
-        "chains, semantic checks and every expression. All problems are reported.",
+        "chains, semantic checks and every expression. All problems are reported. A bundle "
+        "file (kilo-rules bundle build) is verified, then every policy in it is checked.",
     )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs")
+    p.add_argument(
+        "paths", nargs="+", metavar="PATH", help="files, directories, globs or bundle files"
+    )
+    p.add_argument(
+        "--pubkey",
+        metavar="PUBLIC.pem",
+        help="require the bundles checked to be signed by this Ed25519 key (as bundle verify)",
+    )
     add_format(p, *DIAGNOSTIC_FORMATS, what=DIAGNOSTIC_FORMATS_HELP)
     p.add_argument(
         "--model",
@@ -69,7 +77,16 @@ def print_diagnostics(
 
 def run(args: argparse.Namespace) -> int:
     """Check every file named; the exit code says whether any error was found."""
-    report = check_paths(args.paths, models=[model(m) for m in args.model])
+    from .bundle import read_key  # bundle's commands print through this module
+
+    key = None
+    if args.pubkey:
+        try:
+            key = read_key(args.pubkey)
+        except OSError as exc:
+            print(f"kilo-rules check: {args.pubkey}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
+    report = check_paths(args.paths, models=[model(m) for m in args.model], bundle_key=key)
     for problem in report.usage_errors:
         print(f"kilo-rules check: {problem}", file=sys.stderr)
     print_diagnostics(
