@@ -32,13 +32,30 @@ from typing import Any
 
 from .cachesim import blocks
 
-__all__ = ["ServerEdits", "ServerStep"]
+__all__ = ["ServerEdits", "ServerStep", "refuses"]
 
 #: What a cleared tool result reads (Anthropic does not document its text; a short line).
 CLEARED = "[tool result cleared]"
 SUMMARY_SHARE = 0.05
 SUMMARY_MIN = 1_000
 SUMMARY_MAX = 8_000
+
+
+def refuses(
+    input_tokens: int, output: int | None, context: int, input_limit: int | None = None
+) -> bool:
+    """Whether a provider refuses a request as too long: its input plus the output cap it
+    asks for (``max_tokens``; none asked, nothing reserved) exceed the ``context`` window,
+    or its input alone exceeds a separate ``input_limit``. A window of 0 is unknown and
+    refuses nothing.
+
+    Anthropic: "input length and `max_tokens` exceed context limit"; OpenAI: "This model's
+    maximum context length is N tokens. However, you requested M tokens (P in the
+    messages, C in the completion)". The one rule the runtime's window stage, the
+    ``output-within-window`` acceptance rule and the simulator's replay all apply."""
+    if input_limit and input_tokens > input_limit:
+        return True
+    return bool(context) and input_tokens + (output or 0) > context
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ appended with the usage a provider would have reported *for that request* — th
 split into uncached, cache-read and cache-written tokens by
 :class:`~kilo_rules.cachesim.CacheSimulator`, plus the recorded output — because the
 recorded usage belongs to the original context, not to the one the plan built. A request
-larger than the model's window is rejected the way a provider would
+the provider would refuse as too long — its input plus the output cap it asks for over the
+window (:func:`~kilo_rules.serversim.refuses`, the rule of the runtime's window stage and
+of the ``output-within-window`` acceptance rule) — is rejected the way the provider would
 (:meth:`Runtime.overflowed`) and the step is retried after compaction.
 
 Every plan is measured with the same counter (tiktoken ``cl100k_base``, offline) on the
@@ -26,17 +28,20 @@ from typing import Any
 
 from .cachesim import Block, CacheSimulator, CacheStep, blocks
 from .catalog import ModelInfo, Prices
-from .errors import ContextOverflowError, Diagnostic, KiloRulesError, Location, SessionError
+from .errors import ContextOverflowError, Diagnostic, KiloRulesError
 from .plan import Plan
+from .runtime.apply import apply_plan
 from .runtime.facade import Runtime, StepResult
+from .runtime.guards import compaction_limit
 from .runtime.history import compaction_part, completed_compactions
 from .runtime.measure import messages_json
-from .serversim import ServerEdits, ServerStep
+from .serversim import ServerEdits, ServerStep, refuses
 from .session import CacheTokens, Message, Session, TokenUsage
 from .summarize import Summarizer, SummaryRequest
 from .tokens import CountCache, TokenCounter, counter_for
 
 __all__ = [
+    "REFERENCE_POLICY",
     "Calibration",
     "ReplayStep",
     "SessionJob",
@@ -45,6 +50,8 @@ __all__ = [
     "default_counter",
     "fit_calibration",
     "recorded_input",
+    "recorded_summary",
+    "reference_plan",
     "replay",
     "session_document",
     "simulate",
@@ -54,6 +61,10 @@ __all__ = [
 
 #: The counter every plan is measured with unless the caller passes another.
 COUNTER_SPEC = "tiktoken:cl100k_base"
+
+#: The policy whose un-compacted replay the calibration is fitted on, whatever policies
+#: are compared (so that their order and their set change nothing).
+REFERENCE_POLICY = "kilo-default"
 
 #: Retries of one step after a provider overflow before the plan is declared stuck
 #: (a policy with no attempt cap could otherwise compact forever).
@@ -86,6 +97,7 @@ class SimulationStep:
     recorded_input: int | None = None  # what the real agent's provider reported, if logged
     server_cleared: int = 0  # tool uses the provider cleared from this request
     server_compacted: bool = False  # the provider compacted the context at this request
+    max_tokens: int | None = None  # the output cap the request asked for (None: none sent)
 
     def to_json(self) -> dict[str, Any]:
         """Stable JSON shape of the step."""
@@ -107,6 +119,7 @@ class SimulationStep:
             "recorded_input": self.recorded_input,
             "server_cleared": self.server_cleared,
             "server_compacted": self.server_compacted,
+            "max_tokens": self.max_tokens,
         }
 
 
@@ -128,6 +141,7 @@ class SimulationReport:
     cache_kind: str = "explicit"  # the model's prompt cache (explicit, automatic, none)
     requests_total: int = 0  # the requests the recorded session made
     compaction_limit: int | None = None  # the context size at which the plan compacts
+    # (overflow.limit, as the runtime compares it; None: it never compacts on its own)
     server_compactions: int = 0  # compactions the provider ran (the server section)
     perfect_read: int = 0  # the same requests under a perfect cache: tokens read
     perfect_write: int = 0  # ... and written (each once)
@@ -279,6 +293,11 @@ class Calibration:
         """The calibrated count of a request the simulator counted ``simulated``."""
         return round(self.factor * simulated) + self.offset
 
+    def scale(self, simulated: int) -> int:
+        """``simulated`` tokens of text as the provider would count them, without the hidden
+        prefix: a summary call carries neither the agent's system prompt nor its tools."""
+        return round(self.factor * simulated)
+
     def blocks(self, seq: list[Block]) -> list[Block]:
         """``seq`` as the provider would count it: each block scaled, the hidden prefix in
         front of the first."""
@@ -317,25 +336,42 @@ def _recorded_after_compaction(session: Session) -> set[str]:
 
 
 def fit_calibration(
-    plan: Plan,
-    session: Session,
-    *,
-    summarizer: Summarizer | None = None,
-    counter: TokenCounter | None = None,
+    plan: Plan, session: Session, *, counter: TokenCounter | None = None
 ) -> Calibration | None:
-    """Fit ``reported = factor × simulated + offset`` (a robust line) on the steps of
-    ``session`` whose recorded usage describes the same messages the replay under ``plan``
-    sends: before the agent's first recorded compaction and before the plan's first
-    compaction or prune. None when fewer than three steps qualify (a log without usage)."""
+    """Fit ``reported = factor × simulated + offset`` (a robust line) on the un-compacted
+    replay of ``session`` under ``plan``: before each recorded assistant message up to the
+    agent's first recorded compaction, the request ``plan`` builds from the recorded
+    messages as they are — nothing pruned, nothing compacted, whatever the policy's own
+    triggers say — against the input the log records for that message. Both describe the
+    same messages, so every request with usage counts. None when fewer than three do (a
+    log without usage). :func:`session_document` fits on :func:`reference_plan`'s."""
+    count = counter or default_counter()
     after = _recorded_after_compaction(session)
+    live = session.model_copy(update={"messages": []})
     pairs: list[tuple[int, int]] = []
-    for step in replay(plan, session, summarizer=summarizer, counter=counter):
-        if step.message.id in after or step.compactions or step.prunes:
+    for msg in session.messages:
+        if msg.id in after:
             break
-        rec = recorded_input(step.message)
+        rec = recorded_input(msg) if msg.role == "assistant" else None
         if rec is not None:
-            pairs.append((sum(b.tokens for b in step.blocks), rec))
+            built = apply_plan(plan, live)
+            pairs.append((sum(b.tokens for b in blocks(built.request, count.count)), rec))
+        live = live.model_copy(update={"messages": [*live.messages, msg]})
     return _robust_fit(pairs)
+
+
+def reference_plan(model: ModelInfo, plans: Sequence[Plan] = ()) -> Plan:
+    """The plan a session's calibration is fitted on: :data:`REFERENCE_POLICY` compiled for
+    ``model``; should it not compile there, the plan of ``plans`` whose policy name sorts
+    first. Either way the same whatever the order of ``plans``."""
+    from .compile import compile_policy
+
+    try:
+        return compile_policy(REFERENCE_POLICY, model)
+    except KiloRulesError:
+        if not plans:
+            raise
+        return min(plans, key=lambda p: (p.policy, p.policy_file))
 
 
 def _median(values: Sequence[float]) -> float:
@@ -401,19 +437,28 @@ class _PerfectCache:
 
 
 class _Metered:
-    """A summarizer that counts what a model would be sent and would write."""
+    """A summarizer that counts what a model would be sent and would write, calibrated
+    like every request when a calibration is applied (its factor only: a summary call
+    carries no hidden prefix)."""
 
-    def __init__(self, inner: Summarizer, count: TokenCounter) -> None:
+    def __init__(
+        self, inner: Summarizer, count: TokenCounter, calibration: Calibration | None = None
+    ) -> None:
         self.inner = inner
         self.count = count
+        self.calibration = calibration
         self.input = 0
         self.output = 0
 
+    def _tokens(self, text: str) -> int:
+        n = self.count.count(text)
+        return self.calibration.scale(n) if self.calibration else n
+
     def summarize(self, request: SummaryRequest) -> str:
         text = self.inner.summarize(request)
-        self.input += self.count.count(request.instruction)
-        self.input += self.count.count(messages_json(request.messages))
-        self.output += self.count.count(text)
+        self.input += self._tokens(request.instruction)
+        self.input += self._tokens(messages_json(request.messages))
+        self.output += self._tokens(text)
         return text
 
 
@@ -468,26 +513,39 @@ class _Replay:
         self.plan = plan
         self.calibration = calibration
         self.counter = counter
-        self.metered = _Metered(summarizer, counter)
+        self.metered = _Metered(summarizer, counter, calibration)
         self.runtime = Runtime(plan, self.metered)
         self.cache = cache
         self.window = m.limits.input or m.limits.context
+        self.context, self.input_limit = m.limits.context, m.limits.input
         from .runtime.server import gated
 
         runs = [e for e, supported in gated(plan) if supported]
         self.server = ServerEdits(runs, m.api, counter.count)
 
+    def _refused(self, seq: list[Block], result: StepResult) -> bool:
+        """The provider refuses the request as too long (as it counts it: ``seq``)."""
+        size = sum(b.tokens for b in seq)
+        return refuses(size, result.model_request.max_tokens, self.context, self.input_limit)
+
     def _build(self, live: Session) -> tuple[StepResult, list[Block], int, ServerStep]:
-        """The request for the next step, retried while the provider would reject it."""
+        """The request for the next step, retried while the provider would refuse it.
+
+        The runtime caps the output against its own count of the request (Kilo's
+        capOutputTokens); the provider counts its own way, and refuses the request when
+        input and cap exceed its window. Kilo takes that refusal for an overflow: it
+        compacts in overflow mode and sends the step again."""
         result = self.runtime.step(live)
         overflows = 0
         seq = self._blocks(result.request)
-        while sum(b.tokens for b in seq) > self.window:
+        while self._refused(seq, result):
             if overflows >= MAX_OVERFLOW_RETRIES:
+                cap = result.model_request.max_tokens or 0
                 raise ContextOverflowError(
                     Diagnostic(
                         "simulate.overflow-retries",
-                        f"the request still exceeds the {self.window:,}-token window after "
+                        f"the provider still refuses the request ({sum(b.tokens for b in seq):,}"
+                        f" input + {cap:,} output tokens, {self.context:,}-token window) after "
                         f"{overflows} provider overflows and compactions",
                     )
                 )
@@ -559,10 +617,7 @@ class _Replay:
         perfect = _PerfectCache()
         out.requests_total = sum(1 for m in original.messages if m.role == "assistant")
         out.calibration = self.calibration
-        try:
-            out.compaction_limit = self.plan.usable()
-        except KiloRulesError:  # a usable window that depends on the session
-            out.compaction_limit = None
+        out.compaction_limit = _static_limit(self.plan)
         try:
             for step in self.steps(original):
                 read, written = perfect.step(step.blocks)
@@ -572,6 +627,8 @@ class _Replay:
                 out.compactions += step.compactions
                 out.provider_overflows += step.overflows
                 out.server_compactions += int(step.server.compacted)
+                if out.compaction_limit is None:  # a limit that depends on the session
+                    out.compaction_limit = _decided_limit(step.result)
                 out.steps.append(
                     SimulationStep(
                         index=len(out.steps) + 1,
@@ -586,6 +643,7 @@ class _Replay:
                         recorded_input=recorded_input(step.message),
                         server_cleared=step.server.cleared_tool_uses,
                         server_compacted=step.server.compacted,
+                        max_tokens=step.result.model_request.max_tokens,
                     )
                 )
         except ContextOverflowError as exc:
@@ -593,6 +651,23 @@ class _Replay:
         out.summary_input = self.metered.input
         out.summary_output = self.metered.output
         return out
+
+
+def _static_limit(plan: Plan) -> int | None:
+    """The compaction limit when the policy fixes it for the model (None when it depends
+    on the session, or the plan never compacts on its own)."""
+    try:
+        return compaction_limit(plan, plan.context())
+    except (KiloRulesError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _decided_limit(result: StepResult) -> int | None:
+    """The limit the runtime compared the usage with in this step, if it did."""
+    for d in result.decisions:
+        if d.stage == "guards" and d.rule == "overflow" and "limit" in d.inputs:
+            return int(d.inputs["limit"])
+    return None
 
 
 def replay(
@@ -675,29 +750,30 @@ def session_document(
 ) -> dict[str, Any]:
     """Everything ``kilo-rules simulate`` reports for one session, as its JSON document:
     the model, its cache facts and prices, the fitted calibration (when the log records
-    usage), the cost floor (the cheapest of the replays under a perfect prompt cache), and
-    one report per plan with its own perfect-cache cost and its ratio to the floor.
+    usage), the session as recorded (:func:`recorded_summary`), the cost floor (the
+    cheapest of the replays under a perfect prompt cache), and one report per plan with its
+    own perfect-cache cost and its ratio to the floor.
 
-    ``calibrate`` applies the fitted calibration (a log without usage raises
-    :class:`~kilo_rules.errors.SessionError`); ``declared`` is one set by hand, applied
-    whatever the log holds. All plans must be for the same model."""
+    The calibration is fitted once, on :func:`reference_plan`'s un-compacted replay
+    (:func:`fit_calibration`), so each plan's report is the same whatever the other plans
+    and their order. ``calibrate`` applies it; a log without usage is then replayed
+    uncalibrated and ``notes`` says so. ``declared`` is one set by hand, applied whatever
+    the log holds. All plans must be for the same model."""
     if not plans:
         raise ValueError("no plans to simulate")
     model = plans[0].model
     if any(p.model.id != model.id for p in plans):
         raise ValueError("every plan of one simulation must be for the same model")
     # A declared calibration is applied whatever the log holds: no fit to make.
-    fitted = None if declared is not None else fit_calibration(plans[0], session)
+    fitted = (
+        None if declared is not None else fit_calibration(reference_plan(model, plans), session)
+    )
+    notes: list[str] = []
     if calibrate and fitted is None and declared is None:
-        raise SessionError(
-            Diagnostic(
-                "simulate.no-usage",
-                f"{name}: the log records no usage to calibrate with (fewer than three "
-                "requests with token counts before any compaction)",
-                Location(name, 1, 1),
-                hint="declare the hidden prefix and token factor by hand instead "
-                "(--hidden-prefix, --token-factor)",
-            )
+        notes.append(
+            "not calibrated: the log records no usage to calibrate with (fewer than three "
+            "requests with token counts before its first compaction); declare the hidden "
+            "prefix and token factor by hand to calibrate it (--hidden-prefix, --token-factor)"
         )
     applied = declared or (fitted if calibrate else None)
     reports = simulate(
@@ -743,9 +819,70 @@ def session_document(
         "cache": model.cache.model_dump(mode="json"),
         "prices": model.prices.model_dump(mode="json") if model.prices else None,
         "calibration": calibration,
+        "notes": notes,
+        "recorded": recorded_summary(session, model.prices),
         "floor": floor,
         "reports": out_reports,
     }
+
+
+def recorded_summary(session: Session, prices: Prices | None) -> dict[str, Any]:
+    """The session as its agent ran it, from the usage its log records, priced at
+    ``prices`` (the simulated model's, so that it compares with the replays): ``requests``
+    (every assistant message, the agent's own compaction calls included) and how many
+    record usage, the input, output and ``cost_usd`` over them (None without usage or
+    prices), ``request_costs_usd`` per replayed request (request ``i`` at ``i - 1``; a
+    compaction call of the agent is billed with the request that followed it; None where
+    the log has no usage), and ``compactions``: the replayed requests the agent's own
+    compactions came before. Cache writes are priced at the 5-minute rate (logs do not
+    say the bucket)."""
+    kept = {m.id for m in without_recorded_compactions(session).messages}
+    costs: list[float | None] = []
+    compactions: list[int] = []
+    pending: float | None = None  # a dropped compaction call, billed with the next request
+    pending_mark = False
+    requests = with_usage = total_in = total_out = 0
+    for msg in session.messages:
+        if msg.id not in kept:
+            pending_mark = pending_mark or compaction_part(msg) is not None or msg.summary
+        if msg.role != "assistant":
+            continue
+        requests += 1
+        usd = _recorded_cost(msg, prices)
+        rec = recorded_input(msg)
+        if rec is not None:
+            with_usage += 1
+            total_in += rec
+            total_out += _output(msg)
+        if msg.id not in kept:
+            pending = None if usd is None and pending is None else (pending or 0.0) + (usd or 0.0)
+            continue
+        if pending_mark:
+            compactions.append(len(costs) + 1)
+            pending_mark = False
+        if pending is not None:
+            usd, pending = (usd or 0.0) + pending, None
+        costs.append(usd)
+    known = [c for c in costs if c is not None]
+    if pending is not None:  # the log ends on a compaction call
+        known.append(pending)
+    return {
+        "requests": requests,
+        "with_usage": with_usage,
+        "input": total_in,
+        "output": total_out,
+        "cost_usd": sum(known) if known and prices is not None else None,
+        "request_costs_usd": costs if known and prices is not None else None,
+        "compactions": compactions,
+    }
+
+
+def _recorded_cost(msg: Message, prices: Prices | None) -> float | None:
+    t = msg.tokens
+    if t is None or prices is None or recorded_input(msg) is None:
+        return None
+    split = CacheStep(t.input + t.cache.read + t.cache.write, t.cache.read, t.cache.write)
+    return step_cost(prices, split, t.output + t.reasoning)
 
 
 @dataclass(frozen=True)

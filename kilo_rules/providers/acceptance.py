@@ -21,6 +21,7 @@ from itertools import pairwise
 from types import MappingProxyType
 from typing import Any
 
+from ..serversim import refuses
 from . import _check as _check_api
 from . import _wireview as wire
 from ._api_rules import RULES, ApiRules
@@ -422,7 +423,7 @@ def _output_within_window(view: View, rules: ApiRules, ctx: BodyContext) -> Foun
     cap = _cap(view, rules)
     path, value = cap if cap is not None else (view.turns_path, 0)
     out = value if isinstance(value, int) and not isinstance(value, bool) else 0
-    if ctx.input_tokens + out > ctx.context_window:
+    if refuses(ctx.input_tokens, out, ctx.context_window):
         yield (
             path,
             (

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..cancel import checkpoint
 from ..plan import CapDecision
 from ..request import ModelMessage, ModelRequest, Text, ToolSpec
+from ..serversim import refuses
 from ..session import Message, Session
 from .context import StepInput
 from .guards import json_list_bytes, overflow, preflight, saving, unfit
@@ -49,8 +50,9 @@ if TYPE_CHECKING:
 
 
 def exceeds(input_tokens: int, output: int | None, window: int) -> bool:
-    """Input plus the output cap over a known window: the test providers apply."""
-    return bool(window) and input_tokens + (output or 0) > window
+    """Input plus the output cap over a known window: the test providers apply
+    (:func:`~kilo_rules.serversim.refuses`, the one rule simulate replays too)."""
+    return refuses(input_tokens, output, window)
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..session import Message
 from .measure import Measure, Piece
 from .trace import StepRun, last_finished, usage_count
+
+if TYPE_CHECKING:
+    from ..plan import Plan
 
 
 def json_list_bytes(pieces: Sequence[Piece]) -> int:
@@ -37,10 +40,14 @@ def saving(messages: Sequence[Message], parts: set[str], r: StepRun) -> int:
 
 def compacts_automatically(r: StepRun) -> bool:
     """Whether the policy (and the environment) let the runtime compact on its own."""
-    s = r.plan.settings
+    return _automatic(r.plan)
+
+
+def _automatic(plan: Plan) -> bool:
+    s = plan.settings
     if not s.overflow.auto or not s.compaction.auto:
         return False
-    return r.plan.config.get("config.compaction.auto") is not False  # KILO_DISABLE_AUTOCOMPACT
+    return plan.config.get("config.compaction.auto") is not False  # KILO_DISABLE_AUTOCOMPACT
 
 
 def unfit(r: StepRun, input_tokens: int, output: int | None, window: int) -> str | None:
@@ -63,12 +70,18 @@ def unfit(r: StepRun, input_tokens: int, output: int | None, window: int) -> str
     return "window" if result == "compact" else None
 
 
-def _limit(r: StepRun, ctx: dict[str, Any]) -> int | None:
-    """The compaction limit, or None when this step cannot compact on its own."""
-    if not compacts_automatically(r) or r.plan.model.limits.context == 0:
+def compaction_limit(plan: Plan, ctx: Mapping[str, Any]) -> int | None:
+    """The context size at which ``plan`` compacts (``overflow.limit``, else
+    ``budget.usable``, evaluated in ``ctx``), or None when it never compacts on its own.
+    The overflow check and the preflight compare against it; reports show it."""
+    if not _automatic(plan) or plan.model.limits.context == 0:
         return None
     limit = ctx.get("overflow.limit", ctx.get("budget.usable"))
     return int(limit) if limit is not None else None
+
+
+def _limit(r: StepRun, ctx: dict[str, Any]) -> int | None:
+    return compaction_limit(r.plan, ctx)
 
 
 def overflow(r: StepRun, view: Sequence[Message], ctx: dict[str, Any]) -> str | None:
