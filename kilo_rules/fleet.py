@@ -15,21 +15,25 @@ path, so that it can run in another process. rich (the ``report`` extra) and Das
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import multiprocessing
 import os
 import pickle
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, Literal, TextIO, TypeVar
 
 from . import safefs
 from .errors import Diagnostic, KiloRulesError, Location, SessionError
+from .load import read_error
 
 __all__ = [
     "COMMAND_LINE",
@@ -42,6 +46,8 @@ __all__ = [
     "aggregate",
     "aggregate_rows",
     "expand_sessions",
+    "named_files",
+    "not_a_log",
     "progress_reporter",
     "run_corpus",
     "worst_rows",
@@ -258,17 +264,80 @@ def _expand_one(specs: Sequence[str], index: int, limit: int) -> list[Path]:
     return list(kept.values())
 
 
+def named_files(specs: Sequence[str]) -> frozenset[Path]:
+    """The files the specs name themselves (resolved), as opposed to those a directory or a
+    glob matched: what is named must be a session, what is matched may be anything."""
+    return frozenset(Path(spec).resolve() for spec in specs if Path(spec).is_file())
+
+
+# --- files that are not logs --------------------------------------------------------------
+
+#: Import failures that say a file is no recorded log at all, rather than a broken one: JSON
+#: that no importer recognises, bytes that are not UTF-8 text, a file with nothing in it.
+_NOT_A_LOG = frozenset({"import.format", "import.encoding", "import.empty"})
+
+#: How much of a file that is not JSON is read to see whether it starts like JSON.
+_HEAD_BYTES = 4096
+
+
+def not_a_log(outcome: Outcome[Any], named: frozenset[Path] = frozenset()) -> str | None:
+    """Why a failed outcome's file is not a recorded log at all (to skip it with a note
+    rather than count it failed), or None: it succeeded, it is a log that is broken (a
+    truncated one, a Session v1 file that does not validate), or it is in ``named``
+    (:func:`named_files`: a file given by name must be a session).
+
+    Not a log: a file no importer recognises (``import.format``), one that is not UTF-8
+    (``import.encoding``), an empty one (``import.empty``), and one that is not JSON
+    (``import.json``) and does not even start like JSON (a README, ``SOURCES.md``, a CSV).
+    A file that starts with ``{`` or ``[`` and then breaks is a broken log."""
+    if outcome.ok or not outcome.diagnostics or outcome.path.resolve() in named:
+        return None
+    first = outcome.diagnostics[0]
+    if first.location.file != str(outcome.path):  # about something else: the policy, ...
+        return None
+    if first.code in _NOT_A_LOG:
+        return first.message
+    if first.code == "import.json" and not _starts_like_json(outcome.path):
+        return first.message
+    return None
+
+
+def _starts_like_json(path: Path) -> bool:
+    """Whether the file's first character (past a BOM and white space) opens a JSON object
+    or array; True when that cannot be read, so that the file counts as a broken log."""
+    try:
+        # Non-blocking, and only a regular file is read: a FIFO put there since cannot hang us.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return True
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True
+        head = os.read(fd, _HEAD_BYTES)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+    return not text or text[:1] in (b"{", b"[")
+
+
 # --- running them -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome(Generic[T]):
-    """What the work gave for one session: its value, or the error it raised
-    (``"TypeName: message"``), never both."""
+    """What the work gave for one session: its value, or the error it raised, never both.
+
+    A failure has ``error`` (``"TypeName: message"``) and its located ``diagnostics``: those
+    of a :class:`~kilo_rules.errors.KiloRulesError`, else one located at the session file
+    (``io.read`` and friends for a file that cannot be read, ``simulate.failed`` for any
+    other exception, ``simulate.worker-lost`` when the process running it died)."""
 
     path: Path
     value: T | None
     error: str | None
+    diagnostics: tuple[Diagnostic, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -280,6 +349,80 @@ def _error_text(exc: BaseException) -> str:
     message = str(exc)
     name = type(exc).__name__
     return f"{name}: {message}" if message else name
+
+
+def _diagnostics(exc: BaseException, path: Path) -> tuple[Diagnostic, ...]:
+    """The located diagnostics of what ``work(path)`` raised."""
+    if isinstance(exc, KiloRulesError):
+        return tuple(exc.diagnostics)
+    if isinstance(exc, OSError):
+        return (read_error(exc, str(path), "the session"),)
+    return (
+        Diagnostic(
+            "simulate.failed",
+            f"the session could not be replayed: {_error_text(exc)}",
+            Location(str(path), 1, 1),
+            details={"exception": type(exc).__name__},
+        ),
+    )
+
+
+def _lost(path: Path, exc: BaseException) -> tuple[str, tuple[Diagnostic, ...]]:
+    """The failure of a session whose worker process died under it."""
+    why = _error_text(exc)
+    return why, (
+        Diagnostic(
+            "simulate.worker-lost",
+            "the worker process replaying this session died (killed, or out of memory)",
+            Location(str(path), 1, 1),
+            details={"cause": why},
+            hint="replay it alone (--executor serial) to see what it needs",
+        ),
+    )
+
+
+# The failure of one session as it crosses from a worker to this process: the error's text
+# and its diagnostics, pickled in the worker and read back here under a guard, so that no
+# error (nor any value) that fails to unpickle can break the pool for the other sessions.
+_Failure = tuple[str, tuple[Diagnostic, ...]]
+
+
+def _portable(failure: _Failure) -> bytes:
+    try:
+        return pickle.dumps(failure)
+    except Exception:
+        # A detail that does not pickle (a live object in an error's details) travels as
+        # its repr: the message and the location are what the report needs.
+        text, diags = failure
+        plain = tuple(
+            replace(d, details={str(k): repr(v) for k, v in d.details.items()}) for d in diags
+        )
+        return pickle.dumps((text, plain))
+
+
+# Set in each pool worker by _init_worker: where it says which session it starts, so that
+# when a worker dies the parent knows which sessions were running (a pool broken by one
+# death fails every session still running or waiting, with nothing to tell them apart).
+_started: Any = None
+
+
+def _init_worker(started: Any) -> None:
+    global _started
+    _started = started
+
+
+def _call(work: Callable[[Path], Any], index: int, path: Path) -> tuple[bool, bytes]:
+    """``work(path)`` in a worker: ``(True, pickled value)`` or ``(False, pickled failure)``."""
+    if _started is not None:
+        _started.put(index)
+    try:
+        value = work(path)
+    except Exception as exc:  # one bad session must not end the run
+        return False, _portable((_error_text(exc), _diagnostics(exc, path)))
+    try:
+        return True, pickle.dumps(value)
+    except Exception as exc:
+        return False, _portable((_error_text(exc), _diagnostics(exc, path)))
 
 
 def _default_workers() -> int:
@@ -303,9 +446,12 @@ def run_corpus(
 ) -> list[Outcome[T]]:
     """``work(path)`` for every path, one :class:`Outcome` per path in input order.
 
-    An exception raised by ``work`` (or a worker lost under it) becomes that path's
-    ``Outcome.error``; the others still run. ``progress(done, total, path)`` is called in
-    this process as each path finishes, in the order they finish.
+    An exception raised by ``work`` becomes that path's ``Outcome.error`` and
+    ``Outcome.diagnostics``; the others still run. A worker process that dies (killed, out
+    of memory) fails only the session it was running (``simulate.worker-lost``): the
+    sessions it took down with it are run again, each alone, to find which one it was.
+    ``progress(done, total, path)`` is called in this process as each path finishes, in the
+    order they finish.
 
     ``executor``:
 
@@ -316,7 +462,8 @@ def run_corpus(
     - ``"dask"``: a Dask cluster; the one at ``scheduler`` (an address such as
       ``tcp://10.0.0.5:8786``) when given, else a local cluster of ``workers`` processes
       started and closed by this call. Needs the ``distributed`` extra
-      (:class:`~kilo_rules.errors.KiloRulesError` otherwise).
+      (:class:`~kilo_rules.errors.KiloRulesError` otherwise). A session whose workers keep
+      dying is failed by the cluster (its ``allowed-failures``), the others run on.
     - ``"serial"``: one after another in this process.
 
     ``workers`` must be between 1 and :data:`MAX_WORKERS`; it is ignored by ``"serial"``
@@ -349,7 +496,25 @@ class _Collector(Generic[T]):
         self._put(index, Outcome(self.paths[index], value, None))
 
     def error(self, index: int, exc: BaseException) -> None:
-        self._put(index, Outcome(self.paths[index], None, _error_text(exc)))
+        path = self.paths[index]
+        self.failure(index, (_error_text(exc), _diagnostics(exc, path)))
+
+    def failure(self, index: int, failure: _Failure) -> None:
+        text, diags = failure
+        self._put(index, Outcome(self.paths[index], None, text, diags))
+
+    def reply(self, index: int, reply: tuple[bool, bytes]) -> None:
+        """Record what :func:`_call` sent back."""
+        ok, data = reply
+        try:
+            loaded = pickle.loads(data)
+        except Exception as exc:  # a value or an error that does not unpickle here
+            self.error(index, exc)
+            return
+        if ok:
+            self.value(index, loaded)
+        else:
+            self.failure(index, loaded)
 
     def _put(self, index: int, outcome: Outcome[T]) -> None:
         self.slots[index] = outcome
@@ -407,29 +572,96 @@ def _run_processes(
         return results.outcomes()
     _check_picklable(work)
     count = min(workers or _default_workers(), len(paths))
+    pending = list(range(len(paths)))
+    retried = False
+    while pending:
+        # A worker that dies breaks the whole pool: every session not finished comes back
+        # here, and those that had started (the one that died among them) are told apart.
+        broken, running = _pool_round(results, pending, work, count)
+        if running:
+            _alone(results, sorted(running), work, count)
+        elif broken and retried:
+            # Broken twice with no session running (a worker that cannot even start):
+            # each alone, so that the sessions that can run still do.
+            _alone(results, sorted(broken), work, count)
+            broken = set()
+        retried = bool(broken) and not running
+        pending = [i for i in pending if i in broken and i not in running]
+    return results.outcomes()
+
+
+def _alone(
+    results: _Collector[T], indices: list[int], work: Callable[[Path], T], count: int
+) -> None:
+    """Run each of ``indices`` in a pool of its own, ``count`` at once: a worker that dies
+    now takes down only its own session, which is then the one that killed it."""
+    context = multiprocessing.get_context(_start_method())
+    for start in range(0, len(indices), count):
+        batch = indices[start : start + count]
+        pools = [ProcessPoolExecutor(max_workers=1, mp_context=context) for _ in batch]
+        try:
+            futures = {
+                pool.submit(_call, work, i, results.paths[i]): i
+                for pool, i in zip(pools, batch, strict=True)
+            }
+            for future in as_completed(futures):
+                index = futures[future]
+                exc = future.exception()
+                if isinstance(exc, BrokenProcessPool):
+                    results.failure(index, _lost(results.paths[index], exc))
+                elif exc is not None:
+                    results.error(index, exc)
+                else:
+                    results.reply(index, future.result())
+        finally:
+            for pool in pools:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _pool_round(
+    results: _Collector[T], indices: list[int], work: Callable[[Path], T], count: int
+) -> tuple[set[int], set[int]]:
+    """Run ``indices`` in a fresh pool of at most ``count`` workers, recording what finishes.
+    Returns those a broken pool failed, and which of them had started."""
+    context = multiprocessing.get_context(_start_method())
+    started = context.SimpleQueue()
+    seen: set[int] = set()
+    broken: dict[int, BaseException] = {}
     pool = ProcessPoolExecutor(
-        max_workers=count,
-        mp_context=multiprocessing.get_context(_start_method()),
+        max_workers=min(count, len(indices)),
+        mp_context=context,
         max_tasks_per_child=MAX_TASKS_PER_CHILD,
+        initializer=_init_worker,
+        initargs=(started,),
     )
     try:
-        futures: dict[Future[T], int] = {pool.submit(work, p): i for i, p in enumerate(paths)}
+        futures = {pool.submit(_call, work, i, results.paths[i]): i for i in indices}
         for future in as_completed(futures):
             index = futures[future]
-            # A worker that dies (killed, out of memory) breaks the pool: every path not
-            # finished yet gets BrokenProcessPool here, and the run still ends with a report.
+            # Read as they come, so that the queue's pipe never fills and blocks a worker.
+            _drain(started, seen)
             exc = future.exception()
-            if exc is not None:
+            if isinstance(exc, BrokenProcessPool):
+                broken[index] = exc
+            elif exc is not None:  # the pool could not send the task or return its reply
                 results.error(index, exc)
             else:
-                results.value(index, future.result())
+                results.reply(index, future.result())
     except BaseException:
         # Interrupted, or progress raised: drop what has not started instead of running
         # the rest of the corpus before the error surfaces.
         pool.shutdown(wait=True, cancel_futures=True)
         raise
+    finally:
+        _drain(started, seen)
     pool.shutdown(wait=True)
-    return results.outcomes()
+    started.close()
+    return set(broken), seen.intersection(broken)
+
+
+def _drain(started: Any, seen: set[int]) -> None:
+    while not started.empty():
+        seen.add(started.get())
 
 
 def _distributed_missing(exc: ImportError) -> KiloRulesError:
@@ -476,17 +708,22 @@ def _run_dask(
             )
             client = stack.enter_context(Client(cluster))  # type: ignore[no-untyped-call]
         # pure=False: the same path run twice is two runs (the file may have changed).
-        futures = client.map(work, paths, pure=False)
+        # Through _call, as in a pool: a session's error comes back as data, not raised.
+        futures = client.map(functools.partial(_call, work), range(len(paths)), paths, pure=False)
         index = {future.key: i for i, future in enumerate(futures)}
         try:
             for future in dask_completed(futures):  # type: ignore[no-untyped-call]
                 i = index[future.key]
                 if future.status == "error":
-                    results.error(i, future.exception())
+                    error = future.exception()
+                    if type(error).__name__ == "KilledWorker":  # its workers kept dying
+                        results.failure(i, _lost(paths[i], error))
+                    else:
+                        results.error(i, error)
                 elif future.status == "cancelled":
                     results.error(i, RuntimeError("cancelled by the cluster"))
                 else:
-                    results.value(i, future.result())
+                    results.reply(i, future.result())
         finally:
             # On an error or an interrupt, tell the scheduler to drop what has not run.
             client.cancel(futures)

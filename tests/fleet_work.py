@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -46,3 +47,54 @@ def simulate_session(path: Path) -> dict[str, Any]:
         "prices": prices.model_dump(mode="json") if prices else None,
         "reports": [r.to_json(steps=False) for r in reports],
     }
+
+
+def parse_number(path: Path) -> int:
+    """The integer the file holds; anything else is a located SessionError, a file that
+    cannot be read an OSError."""
+    from kilo_rules.errors import Diagnostic, Location, SessionError
+
+    text = path.read_text(encoding="utf-8")
+    if not text.strip().isdigit():
+        raise SessionError(
+            Diagnostic(
+                "demo.not-a-number",
+                f"expected a number, found {text.strip()!r}",
+                Location(str(path), 1, 1),
+                details={"text": text},
+            )
+        )
+    return int(text)
+
+
+class UnpicklableError(Exception):
+    """An error whose pickle does not load: its constructor wants two arguments, and
+    Exception pickles as ``cls(*args)`` with one."""
+
+    def __init__(self, message: str, extra: int) -> None:
+        super().__init__(message)
+        self.extra = extra
+
+
+class _Sticky:
+    """A value that pickles but does not unpickle."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_refuse, ())
+
+
+def _refuse() -> None:
+    raise RuntimeError("this value does not unpickle")
+
+
+def troublesome(path: Path) -> Any:
+    """A number, or for a file holding ``raise`` an error that does not unpickle, ``value``
+    a value that does not unpickle, ``die`` a worker process killed under the work."""
+    text = path.read_text(encoding="utf-8").strip()
+    if text == "raise":
+        raise UnpicklableError("does not travel", 1)
+    if text == "value":
+        return _Sticky()
+    if text == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return parse_number(path)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import math
 import os
+import pickle
 import shutil
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 
 from kilo_rules import fleet
-from kilo_rules.errors import KiloRulesError, SessionError, render_text
+from kilo_rules.errors import Diagnostic, KiloRulesError, Location, SessionError, render_text
 from kilo_rules.fleet import (
     Outcome,
     aggregate,
@@ -319,6 +321,102 @@ def test_a_work_function_that_cannot_pickle_is_refused_before_anything_runs(
 ) -> None:
     with pytest.raises(TypeError, match="module-level function"):
         run_corpus(numbers(tmp_path, ["1"]), lambda p: 1, executor="process", workers=1)
+
+
+# --- one bad session fails alone ------------------------------------------------------------
+
+
+EXECUTORS: list[fleet.Executor] = ["serial", "process", "dask"]
+
+
+def check_located(tmp_path: Path, executor: fleet.Executor) -> None:
+    paths = numbers(tmp_path, ["1", "two", "3", "4"])
+    paths.append(tmp_path / "gone.txt")  # listed, then removed before it is read
+    outcomes = run_corpus(paths, fleet_work.parse_number, executor=executor, workers=2)
+
+    assert [o.value for o in outcomes] == [1, None, 3, 4, None]
+    bad = outcomes[1]
+    assert bad.error is not None and bad.error.startswith("SessionError: ")
+    assert [(d.code, d.location, d.details) for d in bad.diagnostics] == [
+        ("demo.not-a-number", Location(str(paths[1]), 1, 1), {"text": "two"})
+    ]
+    gone = outcomes[4].diagnostics
+    assert [(d.code, d.location) for d in gone] == [("io.read", Location(str(paths[4]), 1, 1))]
+    assert gone[0].message.startswith("cannot read the session: ")
+    assert all(o.diagnostics == () for o in outcomes if o.ok)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_kilo_rules_error_comes_back_as_its_located_diagnostics(
+    tmp_path: Path, executor: fleet.Executor
+) -> None:
+    check_located(tmp_path, executor)
+
+
+@pytest.mark.parametrize("executor", ["process", "dask"])
+def test_what_does_not_unpickle_fails_its_session_alone(
+    tmp_path: Path, executor: fleet.Executor
+) -> None:
+    paths = numbers(tmp_path, ["1", "raise", "3", "value", "5", "6"])
+    outcomes = run_corpus(paths, fleet_work.troublesome, executor=executor, workers=2)
+
+    assert [o.value for o in outcomes] == [1, None, 3, None, 5, 6]
+    raised, value = outcomes[1], outcomes[3]
+    assert raised.error == "UnpicklableError: does not travel"
+    assert [d.code for d in raised.diagnostics] == ["simulate.failed"]
+    assert raised.diagnostics[0].location == Location(str(paths[1]), 1, 1)
+    assert value.error == "RuntimeError: this value does not unpickle"
+    assert [d.code for d in value.diagnostics] == ["simulate.failed"]
+
+
+def test_a_worker_that_dies_fails_only_its_session(tmp_path: Path) -> None:
+    values = [str(n) for n in range(10)]
+    values[4] = "die"
+    paths = numbers(tmp_path, values)
+    calls: list[Path] = []
+
+    outcomes = run_corpus(
+        paths,
+        fleet_work.troublesome,
+        executor="process",
+        workers=2,
+        progress=lambda done, total, path: calls.append(path),
+    )
+
+    assert [o.value for o in outcomes] == [None if n == 4 else n for n in range(10)]
+    lost = outcomes[4]
+    assert lost.error is not None and lost.error.startswith("BrokenProcessPool")
+    assert [(d.code, d.location) for d in lost.diagnostics] == [
+        ("simulate.worker-lost", Location(str(paths[4]), 1, 1))
+    ]
+    assert sorted(calls) == paths  # each session reported once, the lost one too
+
+
+@pytest.mark.slow
+def test_on_dask_a_session_whose_workers_keep_dying_fails_alone(tmp_path: Path) -> None:
+    # The cluster retries it on fresh workers (allowed-failures, 3), then gives it up.
+    paths = numbers(tmp_path, ["0", "1", "die", "3"])
+    outcomes = run_corpus(paths, fleet_work.troublesome, executor="dask", workers=2)
+    assert [o.value for o in outcomes] == [0, 1, None, 3]
+    lost = outcomes[2]
+    assert lost.error is not None and lost.error.startswith("KilledWorker")
+    assert [(d.code, d.location) for d in lost.diagnostics] == [
+        ("simulate.worker-lost", Location(str(paths[2]), 1, 1))
+    ]
+
+
+def test_every_worker_dying_fails_each_session_named(tmp_path: Path) -> None:
+    paths = numbers(tmp_path, ["die", "die", "die"])
+    outcomes = run_corpus(paths, fleet_work.troublesome, executor="process", workers=2)
+    assert [o.path for o in outcomes] == paths
+    assert all([d.code for d in o.diagnostics] == ["simulate.worker-lost"] for o in outcomes)
+
+
+def test_an_unpicklable_detail_travels_as_its_repr(tmp_path: Path) -> None:
+    diag = Diagnostic("demo.x", "m", Location("f", 1, 1), details={"lock": threading.Lock()})
+    text, (back,) = pickle.loads(fleet._portable(("E: m", (diag,))))
+    assert text == "E: m" and back.details["lock"].startswith("<unlocked _thread.lock")
+    assert (back.code, back.message, back.location) == (diag.code, diag.message, diag.location)
 
 
 # --- a real corpus ------------------------------------------------------------------------
