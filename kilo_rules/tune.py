@@ -38,7 +38,15 @@ from pydantic import ValidationError
 from . import safefs
 from .catalog import ModelInfo, bundled_catalog, model_from_data
 from .errors import Diagnostic, KiloRulesError, Location, PolicyError
-from .fleet import Executor, Outcome, Progress, expand_sessions, run_corpus
+from .fleet import (
+    Executor,
+    Outcome,
+    Progress,
+    expand_sessions,
+    named_files,
+    not_a_log,
+    run_corpus,
+)
 from .htmlreport import render_tune_html
 from .jsonschemas import load_schema
 from .load import Document, JsonPath, load_yaml_file, lookup, parse_yaml
@@ -120,6 +128,9 @@ class TuneSpec:
     """(knob, value) positions the policy schema refuses, with why, located at the value."""
     knobs_at: Location | None = None
     """Where the ``knobs`` key is written."""
+    named_sessions: frozenset[Path] = frozenset()
+    """The session files the tune file names one by one (resolved): one of them that is not
+    a log fails, where a file a folder or a glob matched is skipped."""
 
     @property
     def combinations(self) -> int:
@@ -205,6 +216,11 @@ class TuneResult:
     floor_cost: float | None
     winner: int | None
     """The index of the cheapest feasible candidate, None when none is feasible."""
+    skipped: tuple[tuple[str, str], ...] = ()
+    """(file, reason) of each file a folder or glob matched that is not a recorded log
+    (:func:`kilo_rules.fleet.not_a_log`): left out, neither replayed nor failed."""
+    failed_diagnostics: tuple[tuple[Diagnostic, ...], ...] = ()
+    """The located diagnostics of each session in :attr:`failed`, in the same order."""
 
     @property
     def baseline(self) -> CandidateResult:
@@ -227,6 +243,11 @@ class TuneResult:
         if m is None or base is None or not base.cost or m.stopped or base.stopped:
             return None
         return m.cost / base.cost
+
+    def _failed_diagnostics(self) -> tuple[tuple[Diagnostic, ...], ...]:
+        if len(self.failed_diagnostics) == len(self.failed):
+            return self.failed_diagnostics
+        return tuple(() for _ in self.failed)
 
     def to_json(self) -> dict[str, Any]:
         """The report: every candidate, its knob values and measures, and the winner."""
@@ -255,7 +276,11 @@ class TuneResult:
             "search": spec.search.model_dump(mode="json"),
             "knobs": [{"path": k.path, "values": list(k.values)} for k in spec.knobs],
             "sessions": list(self.sessions),
-            "failed": [{"session": s, "error": e} for s, e in self.failed],
+            "failed": [
+                {"session": s, "error": e, "diagnostics": [d.to_json() for d in diags]}
+                for (s, e), diags in zip(self.failed, self._failed_diagnostics(), strict=True)
+            ],
+            "skipped": [{"session": s, "reason": r} for s, r in self.skipped],
             "floor_cost_usd": self.floor_cost,
             "candidates": [_result_json(self, r) for r in self.results],
             "winner": winner,
@@ -562,12 +587,15 @@ def _model(doc: Document, ref: str, file: Path) -> ModelInfo:
     return model
 
 
-def _sessions(doc: Document, specs: Sequence[str], file: Path) -> tuple[Path, ...]:
-    """The session files, every spec relative to the tune file; a spec that names nothing is
-    located at its place in the file."""
+def _sessions(
+    doc: Document, specs: Sequence[str], file: Path
+) -> tuple[tuple[Path, ...], frozenset[Path]]:
+    """The session files, every spec relative to the tune file, and those named one by one
+    (:func:`~kilo_rules.fleet.named_files`); a spec that names nothing is located at its
+    place in the file."""
     joined = [str(_relative_to(file, s)) for s in specs]
     try:
-        return tuple(expand_sessions(joined))
+        return tuple(expand_sessions(joined)), named_files(joined)
     except KiloRulesError as exc:
         diags = []
         for d in exc.diagnostics:
@@ -751,7 +779,7 @@ def load_tune_file(path: str | Path) -> TuneSpec:
         count = _count_problem(doc, spec, knobs)
         if errors or count is not None:
             raise PolicyError([*errors, *([count] if count else [])])
-        sessions = _sessions(doc, spec.sessions, file)
+        sessions, named = _sessions(doc, spec.sessions, file)
         baseline = _baseline_values(base, model, knobs)
     return TuneSpec(
         file=file,
@@ -767,6 +795,7 @@ def load_tune_file(path: str | Path) -> TuneSpec:
         baseline_values=baseline,
         rejected=rejected,
         knobs_at=doc.locate_key(("knobs",)),
+        named_sessions=named,
     )
 
 
@@ -967,7 +996,17 @@ def _reasons(constraints: Constraints, m: Measures) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _no_sessions(spec: TuneSpec, failed: Sequence[Outcome[Any]]) -> KiloRulesError:
+def _no_sessions(spec: TuneSpec, failed: Sequence[Outcome[Any]], skipped: int) -> KiloRulesError:
+    if not failed:
+        return KiloRulesError(
+            Diagnostic(
+                "tune.no-session-replayed",
+                f"no session to replay: the {skipped:,} files the sessions match are not "
+                "recorded logs",
+                Location(str(spec.file), 1, 1),
+                hint="name the logs, or a folder or glob that holds some",
+            )
+        )
     hint = None
     if spec.calibrate and any("simulate.no-usage" in (o.error or "") for o in failed):
         hint = "calibrate: true needs logs that record usage; drop those sessions or set it false"
@@ -1002,8 +1041,10 @@ def run_tune(
     ``calibrate`` each session is replayed with the calibration fitted under the baseline,
     the same for every candidate.
 
-    A session that fails is listed in :attr:`TuneResult.failed` and the others count;
-    raises :class:`~kilo_rules.errors.KiloRulesError` when none could be replayed."""
+    A session that fails is listed in :attr:`TuneResult.failed` and the others count; a
+    file a folder or glob matched that is not a recorded log is left out and listed in
+    :attr:`TuneResult.skipped`; raises :class:`~kilo_rules.errors.KiloRulesError` when no
+    session could be replayed."""
     from .simulate import SessionJob
 
     cands = candidates(spec)
@@ -1025,9 +1066,17 @@ def run_tune(
             progress=progress,
         )
     docs = [o.value for o in outcomes if o.value is not None]
-    failed = [o for o in outcomes if o.value is None]
+    not_logs: list[tuple[str, str]] = []
+    failed: list[Outcome[Any]] = []
+    for o in outcomes:
+        if o.value is None:
+            reason = not_a_log(o, spec.named_sessions)
+            if reason is None:
+                failed.append(o)
+            else:
+                not_logs.append((str(o.path), reason))
     if not docs:
-        raise _no_sessions(spec, failed)
+        raise _no_sessions(spec, failed, len(not_logs))
     measured: dict[int, Measures] = {}
     floor: float | None = None
     for position, (c, _) in enumerate(ready):
@@ -1047,6 +1096,8 @@ def run_tune(
         failed=tuple((str(o.path), o.error or "failed") for o in failed),
         floor_cost=floor,
         winner=best.candidate.index if best is not None else None,
+        skipped=tuple(not_logs),
+        failed_diagnostics=tuple(o.diagnostics for o in failed),
     )
 
 

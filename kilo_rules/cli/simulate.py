@@ -17,13 +17,16 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import safefs
-from ..errors import Diagnostic, KiloRulesError, Location
+from ..errors import Diagnostic, KiloRulesError, Location, SessionError
 from . import _options as opt
-from ._runner import EXIT_DIAGNOSTICS, EXIT_OK
+from ._runner import EXIT_DIAGNOSTICS, EXIT_OK, session_failure
 from ._table import render_table
+
+if TYPE_CHECKING:
+    from ..fleet import Outcome
 
 _HEADERS = (
     "policy",
@@ -215,13 +218,27 @@ def _notes(doc: Mapping[str, Any]) -> list[str]:
 
 
 def _many(args: argparse.Namespace, paths: Sequence[Path], job: Any) -> int:
-    from ..fleet import aggregate, aggregate_rows, run_corpus, worst_rows
+    from ..fleet import aggregate, aggregate_rows, named_files, not_a_log, run_corpus, worst_rows
 
     with opt.corpus_run(args, len(paths)) as how:
         outcomes = run_corpus(paths, job, **how)
-    docs = [o.value for o in outcomes if o.value is not None]
-    failures = [o for o in outcomes if o.value is None]
-    failed = [{"session": str(o.path), "error": o.error} for o in failures]
+    named = named_files(args.session)
+    docs: list[dict[str, Any]] = []
+    failures: list[Outcome[Any]] = []
+    skipped: list[dict[str, str]] = []
+    for o in outcomes:
+        reason = not_a_log(o, named)
+        if o.value is not None:
+            docs.append(o.value)
+        elif reason is not None:
+            skipped.append(
+                {"session": str(o.path), "code": o.diagnostics[0].code, "reason": reason}
+            )
+        else:
+            failures.append(o)
+    if not docs and not failures:
+        raise _nothing_to_replay(len(skipped))
+    failed = [_failed(o) for o in failures]
     agg = aggregate([*docs, *failed], worst=args.worst)
     corpus = {
         "version": 1,
@@ -229,24 +246,76 @@ def _many(args: argparse.Namespace, paths: Sequence[Path], job: Any) -> int:
         "sessions": docs,
         "aggregate": agg,
         "failed": failed,
+        "skipped": skipped,
     }
     if args.format == "json":
         print(json.dumps(corpus, indent=2, ensure_ascii=False))
     else:
-        print(f"{len(docs):,} sessions on {job.model.id} ({len(failures):,} failed)")
+        also = ""
+        if skipped:
+            also = f", {len(skipped):,} skipped as not {'a log' if len(skipped) == 1 else 'logs'}"
+        print(f"{len(docs):,} sessions on {job.model.id} ({len(failures):,} failed{also})")
         headers, rows = aggregate_rows(agg)
         print(render_table(headers, rows, right=range(1, len(headers))))
         if agg.get("worst"):
             print("\nworst sessions (stopped first, then by cost against the floor):")
             headers, rows = worst_rows(agg)
             print(render_table(headers, rows))
-    _write_html(args, corpus)
+    for entry in skipped:
+        print(
+            f"kilo-rules simulate: skipped {entry['session']}: not a recorded log "
+            f"({entry['reason']})",
+            file=sys.stderr,
+        )
+    if docs:
+        _write_html(args, corpus)
+    elif args.html:
+        print(
+            f"kilo-rules simulate: {args.html} not written: no session could be replayed",
+            file=sys.stderr,
+        )
     for o in failures:
-        print(f"kilo-rules simulate: {o.path}: {o.error}", file=sys.stderr)
+        print(
+            session_failure("kilo-rules simulate", str(o.path), o.diagnostics, o.error),
+            file=sys.stderr,
+        )
     early = sum(1 for d in docs for r in d["reports"] if r["error"] is not None)
     if early:
         print(f"kilo-rules simulate: {early} replays stopped early", file=sys.stderr)
+    if failures and docs:
+        print(
+            f"kilo-rules simulate: {len(failures):,} of {len(failures) + len(docs):,} "
+            "sessions could not be replayed (the others are reported)",
+            file=sys.stderr,
+        )
+    elif failures:
+        print("kilo-rules simulate: no session could be replayed", file=sys.stderr)
     return EXIT_DIAGNOSTICS if failures or early else EXIT_OK
+
+
+def _failed(o: Outcome[Any]) -> dict[str, Any]:
+    """A failed session as the corpus document lists it: the first diagnostic as text (what
+    the HTML report shows) and all of them."""
+    return {
+        "session": str(o.path),
+        "error": str(o.diagnostics[0]) if o.diagnostics else o.error,
+        "diagnostics": [d.to_json() for d in o.diagnostics],
+    }
+
+
+def _nothing_to_replay(skipped: int) -> SessionError:
+    from ..fleet import COMMAND_LINE
+
+    return SessionError(
+        Diagnostic(
+            "simulate.no-sessions",
+            "the one file matched is not a recorded log"
+            if skipped == 1
+            else f"none of the {skipped:,} files matched is a recorded log",
+            Location(COMMAND_LINE, 1, 1),
+            hint="name the logs, or a folder or glob that holds some",
+        )
+    )
 
 
 def _write_html(args: argparse.Namespace, doc: Mapping[str, Any]) -> None:

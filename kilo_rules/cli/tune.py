@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import _options as opt
-from ._runner import EXIT_DIAGNOSTICS, EXIT_OK
+from ._runner import EXIT_DIAGNOSTICS, EXIT_OK, session_failure
 from ._table import render_table, shorten
 
 if TYPE_CHECKING:
@@ -72,8 +72,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     else:
         _print_text(result, written)
-    for session, error in result.failed:
-        print(f"kilo-rules tune: {session}: {error}", file=sys.stderr)
+    for session, reason in result.skipped:
+        print(f"kilo-rules tune: skipped {session}: not a recorded log ({reason})", file=sys.stderr)
+    for i, (session, error) in enumerate(result.failed):
+        diags = result.failed_diagnostics[i] if i < len(result.failed_diagnostics) else ()
+        print(session_failure("kilo-rules tune", session, diags, error), file=sys.stderr)
     if result.spec.calibrate and any("simulate.no-usage" in e for _, e in result.failed):
         print(
             "kilo-rules tune: calibrate: true needs logs that record usage; drop those "
@@ -146,6 +149,11 @@ def rows(
     return headers, out
 
 
+def _skipped(result: TuneResult) -> str:
+    n = len(result.skipped)
+    return f", {n:,} skipped as not {'a log' if n == 1 else 'logs'}" if n else ""
+
+
 def _print_text(result: TuneResult, written: dict[str, Path]) -> None:
     spec = result.spec
     measured = sum(1 for r in result.results if not r.skipped)
@@ -155,7 +163,7 @@ def _print_text(result: TuneResult, written: dict[str, Path]) -> None:
     print(
         f"{spec.file.name}: {count:,} candidate{'' if count == 1 else 's'} and the baseline "
         f"({measured - 1:,} replayed) on {sessions:,} session{'' if sessions == 1 else 's'} "
-        f"with {spec.model.id}{calibrated}; {len(result.failed):,} failed"
+        f"with {spec.model.id}{calibrated}; {len(result.failed):,} failed{_skipped(result)}"
     )
     headers, table = rows(result)
     numeric = range(len(spec.knobs) + 1, len(headers) - 1)
