@@ -38,6 +38,7 @@ from ..errors import (
     SessionError,
     StoreError,
 )
+from ..providers.acceptance import BodyContext, check_body
 from ..resolve import bundled_root
 from ..runtime.context import Agent, Skill, StepInput, Workspace
 from ..session import session_from_data
@@ -64,6 +65,7 @@ from .models import (
     HealthResponse,
     PlanResponse,
     ReadyResponse,
+    StatusResponse,
     StepIn,
     WorkspaceIn,
 )
@@ -112,11 +114,15 @@ def _responses(ok: str, *statuses: int) -> dict[int | str, dict[str, Any]]:
         413: "The body is over the size cap.",
         415: "The body is not sent as application/json.",
         421: "The Host header does not name this sidecar.",
-        422: "The body is not valid: each problem located <request>:line:col.",
+        422: "The body is not valid: each problem located <request>:line:col. For a build, "
+        "also a session with no message (session.empty), and a session whose request the "
+        "provider would refuse (acceptance.<rule>, one diagnostic per rule broken, the path "
+        "in the built body in details.body_path).",
         500: "The policy served failed while building (policy.apply-failed) or compiling "
         "(policy.failed), or an internal error.",
-        503: "No policy revision is loaded yet, or every build slot is taken (server.busy, "
-        "with Retry-After).",
+        503: "No policy revision is loaded yet (store.not-ready, with the diagnostics of "
+        "why: the refused revision's, located in the source), or every build slot is taken "
+        "(server.busy, with Retry-After).",
         504: "The work took longer than the time bound.",
     }
     out: dict[int | str, dict[str, Any]] = {200: {"description": ok}}
@@ -190,15 +196,44 @@ class _Sidecar:
 
     def _ready_store(self) -> PolicyStore:
         if self.store is None or self.revision() is None:
-            raise ApiError(503, "store.not-ready", "no policy revision is loaded yet")
+            raise self.not_ready()
         return self.store
 
+    def not_ready(self) -> ApiError:
+        """The 503 of a sidecar serving no revision, with the diagnostics of why (the
+        refused revision's, located in the source, or the source's own problem)."""
+        problems = self.store.status().problems if self.store is not None else ()
+        message = "no policy revision is loaded yet"
+        first = next((d for d in problems if d.severity == "error"), None)
+        if first is not None:
+            message += f": {first.location}: {first.message}"
+        return ApiError(503, "store.not-ready", message, problems)
+
     def on_reload(self, result: ReloadResult) -> None:
-        """Count swaps and rejected revisions (a store listener: any thread)."""
+        """Count swaps and rejected revisions (a store listener: any thread). A revision
+        refused again (the same files re-checked) is the rejection already counted."""
         if result.swapped:
             self.metrics.swaps.inc()
-        elif result.diagnostics and any(d.severity == "error" for d in result.diagnostics):
+        elif result.rejected and not result.repeated:
             self.metrics.rejected.inc()
+
+    def shows_details(self, request: Request) -> bool:
+        """Whether ``request`` may read why the store refused a revision: any caller the
+        guard let in, but an open probe (``open_probes``) only with an accepted token, for
+        the diagnostics quote the policy files and the probes answer whoever asks."""
+        access = self.access
+        if access is None or not access.auth or not access.open_probes:
+            return True
+        sent = request.headers.getlist("authorization")
+        return len(sent) == 1 and access.authenticated(sent[0].encode("latin-1")) is True
+
+    def status(self) -> _Outcome:
+        """What the sidecar serves and why it serves nothing else (``GET /v1/status``)."""
+        if self.store is None:
+            return _Outcome.failed(ApiError(503, "store.not-ready", "no policy store"))
+        status = self.store.status()
+        payload = {"status": "ready" if status.ready else "not-ready", **status.to_json()}
+        return _Outcome(200, dumps(payload), revision=status.revision or None)
 
     def slots(self) -> Slots:
         """The build slots (made on first use)."""
@@ -245,6 +280,15 @@ class _Sidecar:
             model_ref = model if isinstance(model, str) else model.id
             step = self._step(body)
             session = self._session(body)
+            if not session.messages:
+                # No provider takes a conversation without a turn (acceptance first-role).
+                raise _at(
+                    body,
+                    ("session", "messages"),
+                    "session.empty",
+                    "session.messages: the session has no message; a request needs at "
+                    "least one user message",
+                )
             store = self._ready_store()
             try:
                 result = store.apply(session, model, step)
@@ -254,6 +298,10 @@ class _Sidecar:
                 raise _catalog_error(exc, body) from None
             except KiloRulesError as exc:
                 raise _engine_error(exc, "build") from None
+            refused = _unacceptable(result, body)
+            if refused:
+                first = refused[0]
+                raise ApiError(422, first.code, first.message, refused)
             return self._built(result, model_ref)
         except ApiError as exc:
             return _Outcome.failed(exc, model_ref)
@@ -546,6 +594,31 @@ def _engine_error(exc: KiloRulesError, what: str) -> ApiError:
     )
 
 
+def _unacceptable(result: StepResult, body: Body) -> list[Diagnostic]:
+    """The acceptance rules (``kilo_rules.providers.acceptance``) the built request breaks,
+    as diagnostics located at the request's session: a body the provider would refuse is
+    not an answer to give as 200. The window rule is left to ``fits``."""
+    try:
+        found = check_body(result.request, result.provider, BodyContext(result.model_request.model))
+    except CatalogError:  # a wire API without acceptance rules has nothing to break
+        return []
+    if not found:
+        return []
+    where = body.locate([("session",)])[("session",)]
+    return [
+        Diagnostic(
+            f"acceptance.{v.rule}",
+            f"the {result.provider} request built from this session breaks the rule "
+            f"{v.rule} at {v.path}: {v.message}",
+            where,
+            details={"path": ["session"], "rule": v.rule, "body_path": v.path},
+            hint="the provider would refuse this request; fix the session (its turns, "
+            "its tool calls and results), or the policy if it made the body so",
+        )
+        for v in found
+    ]
+
+
 def _known_keys(body: Body, known: set[str]) -> None:
     extra = [k for k in body.data if k not in known]
     if extra:
@@ -831,15 +904,36 @@ def _app(state: _Sidecar) -> FastAPI:
         "/readyz",
         operation_id="ready",
         summary="A good policy revision is loaded",
-        description="200 with the revision served; 503 while none is loaded.",
+        description="200 with the revision served; 503 while none is loaded, with the "
+        "diagnostics of why (the refused revision's, located in the source; left out for "
+        "a probe opened with --open-probes that sends no token).",
         response_model=ReadyResponse,
         responses=_responses("The revision served.", 503),
     )
-    async def readyz() -> Response:
+    async def readyz(request: Request) -> Response:
         revision = state.revision()
         if revision is None:
-            return _error(503, "store.not-ready", "no policy revision is loaded yet")
+            refused = state.not_ready()
+            if not state.shows_details(request):
+                message = "no policy revision is loaded yet (GET /v1/status with a token says why)"
+                return _error(503, refused.code, message)
+            return _error(503, refused.code, refused.message, list(refused.diagnostics))
         return Response(dumps({"status": "ready", "revision": revision}), media_type=_JSON)
+
+    @app.get(
+        "/v1/status",
+        operation_id="status",
+        summary="What the sidecar serves, and why it refused a revision",
+        description="The policy source, the revision served and since when, the last "
+        "reload, the last revision refused (with every diagnostic, located in the source, "
+        "when it was first and last refused, and how many reloads refused it), and while "
+        "nothing is served the diagnostics of why. 200 whether or not a revision is served.",
+        response_model=StatusResponse,
+        responses=_responses("The store's status.", 401, 421),
+    )
+    async def status() -> Response:
+        outcome = state.status()
+        return Response(outcome.body, status_code=outcome.status, media_type=_JSON)
 
     @app.get(
         "/metrics",

@@ -247,3 +247,82 @@ class ReadyResponse(_Out):
 
     status: Literal["ready"] = Field(description="Always ready (else the status is 503).")
     revision: str = Field(description="The revision served.")
+
+
+class SourceOut(_Out):
+    """Where the policy revisions come from."""
+
+    kind: Literal["directory", "bundle", "url", "bundled"] = Field(
+        description="A watched directory, a bundle file, a bundle URL, or the policies "
+        "shipped with kilo-rules (every model on kilo-default)."
+    )
+    location: str = Field(
+        description="The directory, the bundle file or the URL as configured (<bundled> "
+        "for the shipped policies)."
+    )
+
+
+class RejectionOut(_Out):
+    """The last revision the store refused."""
+
+    candidate: str | None = Field(
+        description="The revision offered (sha256:...), or null when it was refused before "
+        "it had one (a bundle whose signature does not verify)."
+    )
+    reason: str = Field(description="rejected: and the first error, file:line:col: message.")
+    first_at: str = Field(description="When it was first refused (ISO 8601, UTC).")
+    last_at: str = Field(description="When it was last refused (ISO 8601, UTC).")
+    attempts: int = Field(
+        description="Reloads that refused it: a watched directory is re-checked and a "
+        "bundle may be downloaded again until the files change; it counts as one rejection."
+    )
+    diagnostics: list[DiagnosticOut] = Field(
+        description="Every diagnostic, located in the source: the watched directory's files, "
+        "or bundle.tar.gz!/path inside a bundle."
+    )
+
+
+class StoreCountersOut(_Out):
+    """The store's counters since the sidecar started."""
+
+    revision: str = Field(description="The revision served (empty while none is).")
+    swaps: int = Field(description="Revisions swapped in, the first included.")
+    rejected: int = Field(description="Revisions refused, each counted once.")
+    reloads: int = Field(description="Reload attempts.")
+    last_error: str | None = Field(
+        description="The reason of the last attempt when it failed; null once one succeeds."
+    )
+    unavailable: int = Field(description="Attempts the source could not answer.")
+
+
+class StatusResponse(_Out):
+    """``GET /v1/status``: what the sidecar serves and why it refused what it refused."""
+
+    status: Literal["ready", "not-ready"] = Field(
+        description="ready while a revision is served (as /readyz answers 200)."
+    )
+    ready: bool = Field(description="A revision is served.")
+    source: SourceOut = Field(description="Where revisions come from.")
+    revision: str | None = Field(description="The revision served, or null.")
+    swapped_at: str | None = Field(
+        description="When the revision served went in (ISO 8601, UTC), or null."
+    )
+    checked_at: str | None = Field(
+        description="When the source was last reloaded (ISO 8601, UTC), or null."
+    )
+    reason: str | None = Field(
+        description="What the last reload found: new revision, unchanged, not modified (304), "
+        "rejected: ..., source unavailable: ..."
+    )
+    rejection: RejectionOut | None = Field(
+        description="The last revision refused, kept after a good one replaced it; null "
+        "when none was."
+    )
+    rejection_pending: bool = Field(
+        description="The source still offers a refused revision (no good one since)."
+    )
+    problems: list[DiagnosticOut] = Field(
+        description="While nothing is served, why: the refused revision's diagnostics, or "
+        "store.unavailable for a source that cannot be read; empty once a revision serves."
+    )
+    stats: StoreCountersOut = Field(description="The store's counters.")

@@ -121,12 +121,19 @@ def test_metrics_count_swaps_and_rejections_from_the_store(live: Live, policy_di
     assert live.store.reload().swapped
     (policy_dir / "main.yaml").write_text(policy_text("bad") + "bogus: 1\n")
     assert live.store.reload().rejected
-    assert not live.store.reload().swapped  # the same bad revision again: rejected again
+    # The same bad files re-checked (a watched directory is, every poll_seconds) are the
+    # rejection already counted; another bad edit is a new one.
+    again = live.store.reload()
+    assert again.rejected and again.repeated
+    (policy_dir / "main.yaml").write_text(policy_text("bad") + "bogus: 2\n")
+    other = live.store.reload()
+    assert other.rejected and not other.repeated
     with live.client() as http:
         got = samples(http.get("/metrics").text)
     swaps = sum(r.swapped for r in seen)
-    rejected = sum(r.rejected for r in seen)
+    rejected = sum(r.rejected and not r.repeated for r in seen)
     assert (swaps, rejected) == (1, 2)
+    assert live.store.stats().rejected == 2
     assert got[("kilo_rules_revision_swaps_total", ())] == swaps
     assert got[("kilo_rules_revisions_rejected_total", ())] == rejected
     assert got[("kilo_rules_revision_info", (("revision", live.store.revision),))] == 1
