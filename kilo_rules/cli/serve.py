@@ -12,6 +12,7 @@ import contextlib
 import gc
 import ipaddress
 import json
+import logging
 import os
 import secrets
 import signal
@@ -237,10 +238,9 @@ def register(sub: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or Ctrl-C, then close the store."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 - a missing extra is reported before anything starts
 
-        from ..serve import create_app, openapi_document
-        from ..serve.protocol import uvicorn_config
+        from ..serve import openapi_document
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] not in SERVE_MODULES:
             raise
@@ -285,6 +285,28 @@ def run(args: argparse.Namespace) -> int:
             f"(Authorization: Bearer $(cat {generated}))",
             file=sys.stderr,
         )
+    with _logging_to_stderr(args.log_level):
+        return _serve(args, settings, sock, host, generated, tokens, no_auth, roots)
+
+
+def _serve(
+    args: argparse.Namespace,
+    settings: ServeSettings,
+    sock: socket.socket,
+    host: str,
+    generated: Path | None,
+    tokens: list[str],
+    no_auth: bool,
+    roots: list[str],
+) -> int:
+    """Open the store, then serve on ``sock`` until stopped; the store, the socket and a
+    generated token file are gone when it returns."""
+    import uvicorn
+
+    from ..serve import create_app
+    from ..serve.protocol import uvicorn_config
+
+    port = sock.getsockname()[1]
     hosts = [*args.allowed_host, *settings.allowed_hosts] or default_hosts(host, port)
     try:
         store = open_store(args)
@@ -292,6 +314,7 @@ def run(args: argparse.Namespace) -> int:
         sock.close()
         _remove(generated)
         raise
+    print(serving_line(store), file=sys.stderr)
     try:
         decision_log = args.decision_log or settings.decision_log
         build_timeout = _pick(args.build_timeout, settings.build_timeout)
@@ -332,7 +355,25 @@ def run(args: argparse.Namespace) -> int:
         gc.collect()
         gc.freeze()
         with _surviving_sigterm():
-            uvicorn.Server(config).run(sockets=[sock])
+            try:
+                uvicorn.Server(config).run(sockets=[sock])
+            except OSError as exc:  # the socket's listen, should another take the port
+                why = exc.strerror or str(exc)
+                print(
+                    f"kilo-rules serve: cannot listen on {host}:{port}: {why[:1].lower()}{why[1:]}",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+            except SystemExit as exc:
+                # uvicorn exits 3 when it cannot start (its reason is logged above): the
+                # environment's problem, not a build over the window, which 3 means here.
+                if exc.code in (0, None):
+                    raise
+                print(
+                    f"kilo-rules serve: the server could not start on {host}:{port}",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
     finally:
         store.close()
         sock.close()
@@ -367,10 +408,37 @@ def _bind(host: str, port: int) -> socket.socket:
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)
+        # Listening at once, not when uvicorn starts after the store has loaded: a port
+        # another process takes meanwhile (another sidecar bound with SO_REUSEADDR too)
+        # is refused here, with this message, not by uvicorn on its way out.
+        sock.listen(_BACKLOG)
     except OSError as exc:
         sock.close()
-        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        why = exc.strerror or str(exc)
+        raise ValueError(f"cannot listen on {host}:{port}: {why[:1].lower()}{why[1:]}") from None
     return sock
+
+
+#: Connections the kernel queues before the server accepts them (uvicorn's default).
+_BACKLOG = 2048
+
+
+@contextlib.contextmanager
+def _logging_to_stderr(level: str) -> Iterator[None]:
+    """The package's own log lines (a refused revision's diagnostics, a failed build) on
+    stderr, one line each, at ``level`` and above, while the block runs: uvicorn
+    configures only its own loggers."""
+    logger = logging.getLogger("kilo_rules")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s:  %(name)s: %(message)s"))
+    before = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
 
 
 def _is_loopback(host: str) -> bool:
@@ -474,10 +542,8 @@ def open_store(args: argparse.Namespace) -> PolicyStore:
     elif args.url:
         store = PolicyStore.from_url(args.url, cache_dir=settings.cache_dir, settings=settings)
     elif settings.source() is None:
-        raise ValueError(
-            "no policies to serve: give --dir, --bundle or --url (or set "
-            "KILO_RULES_STORE_DIRECTORY, KILO_RULES_STORE_BUNDLE or KILO_RULES_STORE_URL)"
-        )
+        # Nothing named: the policies shipped with kilo-rules, as `kilo-rules demo` runs.
+        store = PolicyStore.from_bundled(settings=settings)
     else:
         store = PolicyStore.from_settings(settings)
     kind = store.settings.source()
@@ -492,3 +558,14 @@ def open_store(args: argparse.Namespace) -> PolicyStore:
     if args.watch or args.poll:
         store.start()
     return store
+
+
+def serving_line(store: PolicyStore) -> str:
+    """The line ``serve`` prints on start: what it serves, from where."""
+    revision = store.revision or "nothing yet (GET /v1/status says why)"
+    if store.settings.source() is None:
+        return (
+            "kilo-rules serve: no --dir, --bundle or --url (nor KILO_RULES_STORE_*): serving "
+            f"the bundled policies, every model on kilo-default; revision {revision}"
+        )
+    return f"kilo-rules serve: serving {store.source}; revision {revision}"

@@ -141,21 +141,6 @@ def test_serve_answers_then_shuts_down_cleanly_on_sigterm(policy_dir: Path, tmp_
     assert not any(p.name.startswith("kilo-rules-store-") for p in work.iterdir())
 
 
-def test_serve_without_a_source_is_a_usage_error(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KILO_RULES_STORE_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "kilo_rules", "serve", "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "give --dir, --bundle or --url" in done.stderr
-
-
 def test_a_signed_bundle_is_served_only_with_its_key(policy_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
     from kilo_rules.bundle import build_bundle, generate_keypair, sign_bundle
