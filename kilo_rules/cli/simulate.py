@@ -7,7 +7,9 @@ ratio to the session's cost floor and to the first policy). Many sessions (sever
 cluster), with progress on stderr, and the report aggregates them per policy and lists the
 worst sessions. ``--format json`` prints every document with per-step detail; ``--html``
 writes the report with its charts. A policy that stops early (its compaction exhausted) or
-a session that cannot be simulated is reported on stderr and exits 1.
+a session that cannot be simulated is reported on stderr and exits 1; over many sessions
+the others are reported all the same, and a file a folder or glob matched that is not a
+log at all is skipped with a note (docs/simulate.md, "Many sessions").
 """
 
 from __future__ import annotations

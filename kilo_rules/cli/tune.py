@@ -5,7 +5,8 @@ their candidate values, the constraints), replays every session under every cand
 parallel (or on a Dask cluster), prints the best candidates as a table and writes the
 winner as a policy extending the base, with ``report.json`` and ``report.html``. Exits 1
 when no candidate meets the constraints or a session could not be replayed (the report is
-written all the same).
+written all the same); a file the sessions' folders or globs match that is not a log is
+skipped with a note.
 """
 
 from __future__ import annotations
