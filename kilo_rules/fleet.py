@@ -3,8 +3,10 @@
 :func:`expand_sessions` turns the session arguments of the command line (files,
 directories, globs) into one ordered list of files. :func:`run_corpus` runs a caller-given
 function on each of them in worker processes (a local process pool, or a Dask cluster for
-corpora that outgrow one machine) and keeps going when one of them fails;
-:func:`progress_reporter` shows how far it got. :func:`aggregate` sums the per-session
+corpora that outgrow one machine) and keeps going when one of them fails, even when its
+worker dies: that session alone fails, with located diagnostics; :func:`not_a_log` tells a
+file a folder or glob matched that is no log at all (to skip) from a broken log (a
+failure). :func:`progress_reporter` shows how far it got. :func:`aggregate` sums the per-session
 simulation documents per policy and finds the sessions that cost the most.
 
 This module knows nothing of policies or sessions: the work is any picklable function of a
