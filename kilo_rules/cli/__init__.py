@@ -37,6 +37,7 @@ from ._runner import (
     EXIT_OVER_WINDOW,
     EXIT_USAGE,
     guarded,
+    require_extra,
 )
 
 __all__ = [
@@ -121,8 +122,23 @@ def _handle(args: argparse.Namespace) -> int:
     # Every command reads policies under the same roots, set once here rather than passed
     # to each check and compile call.
     # The same for the network policy: read from KILO_RULES_NET_* here, never by the library.
+    extra = _extra_needed(args)
+    if extra is not None:
+        require_extra(extra)
     with allow_read(read_roots(args)), use_network(NetworkSettings()), _notes(args.command):
         return int(args.handler(args))
+
+
+def _extra_needed(args: argparse.Namespace) -> str | None:
+    """The optional extra the command about to run needs, checked before it starts so that
+    every missing extra ends the same way (``kilo-rules X needs the 'Y' extra``, exit 2)."""
+    if args.command == "serve":
+        return "serve"
+    if args.command == "bundle" and args.action in ("sign", "keygen"):
+        return "bundle"  # verify needs it only for a signed bundle: the library says when
+    if getattr(args, "executor", None) == "dask" or getattr(args, "scheduler", None):
+        return "distributed"
+    return None
 
 
 @contextlib.contextmanager
