@@ -103,11 +103,15 @@ def register(sub: Subcommands) -> None:
         "serve",
         summary="run the HTTP sidecar (needs the serve extra)",
         description="Serve builds over HTTP (docs/serve.md): POST /v1/build, POST /v1/check, "
-        "GET /v1/plan, /healthz, /readyz, /metrics. The policies come from a directory, a "
-        "signed bundle or a bundle URL (else the KILO_RULES_STORE_* settings); a revision "
-        "that fails its checks is never served. Needs " + INSTALL_HINT + ".",
+        "GET /v1/plan, /v1/status, /healthz, /readyz, /metrics. The policies come from a "
+        "directory, a signed bundle or a bundle URL (else the KILO_RULES_STORE_* settings, "
+        "else the bundled policies, every model on kilo-default); a revision that fails its "
+        "checks is never served, and its diagnostics are printed on stderr and kept at "
+        "/v1/status. Needs " + INSTALL_HINT + ".",
     )
-    source = p.add_argument_group("the policies (one of; default: KILO_RULES_STORE_*)")
+    source = p.add_argument_group(
+        "the policies (one of; default: KILO_RULES_STORE_*, else the bundled policies)"
+    )
     one = source.add_mutually_exclusive_group()
     one.add_argument("--dir", metavar="DIR", help="a policy directory (routes.yaml + policies)")
     one.add_argument("--bundle", metavar="FILE", help="a policy bundle (.tar.gz)")
@@ -562,10 +566,14 @@ def open_store(args: argparse.Namespace) -> PolicyStore:
 
 def serving_line(store: PolicyStore) -> str:
     """The line ``serve`` prints on start: what it serves, from where."""
-    revision = store.revision or "nothing yet (GET /v1/status says why)"
+    revision = (
+        f"revision {store.revision}"
+        if store.revision
+        else "no revision has passed its checks yet (GET /v1/status says why)"
+    )
     if store.settings.source() is None:
         return (
             "kilo-rules serve: no --dir, --bundle or --url (nor KILO_RULES_STORE_*): serving "
-            f"the bundled policies, every model on kilo-default; revision {revision}"
+            f"the bundled policies, every model on kilo-default; {revision}"
         )
-    return f"kilo-rules serve: serving {store.source}; revision {revision}"
+    return f"kilo-rules serve: serving {store.source}; {revision}"

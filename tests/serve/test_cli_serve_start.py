@@ -123,7 +123,10 @@ def test_a_refused_revision_is_on_stderr_once_per_revision(tmp_path: Path) -> No
         r"unknown key 'bogus'$"
     )
     assert len([x for x in err.splitlines() if line.search(x)]) == 1, err
-    assert "revision nothing yet (GET /v1/status says why)" in err
+    assert (
+        f"kilo-rules serve: serving {policies}; no revision has passed its checks yet "
+        "(GET /v1/status says why)"
+    ) in err.splitlines()
 
 
 def test_a_port_in_use_exits_2_saying_so(tmp_path: Path) -> None:
