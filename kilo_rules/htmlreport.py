@@ -132,6 +132,16 @@ class _Calibration:
 
 
 @dataclass(frozen=True, slots=True)
+class _Recorded:
+    """The session as its agent ran it: the cost from its log's usage, per request, and the
+    requests its own compactions came before."""
+
+    cost: float | None
+    costs: tuple[float | None, ...]
+    compactions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _Session:
     session: str
     messages: int | None
@@ -141,10 +151,31 @@ class _Session:
     floor: _Floor | None
     calibration: _Calibration | None
     reports: tuple[_Report, ...]
+    recorded: _Recorded | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def counters(self) -> list[str]:
         return _unique(r.counter for r in self.reports if r.counter)
+
+    @property
+    def calibrated(self) -> bool:
+        """The counts shown are calibrated to the provider's, not the counter's own."""
+        return self.calibration is not None and bool(self.calibration.applied)
+
+    def counted(self) -> str:
+        """What the token counts shown are, in words (HTML)."""
+        counters = ", ".join(f"<code>{_e(c)}</code>" for c in self.counters) or (
+            "the simulator's counter"
+        )
+        c = self.calibration
+        if c is None or not c.applied:
+            return counters
+        factor = c.factor if c.factor is not None else 1.0
+        return (
+            f"{counters}, calibrated to the provider's count ({factor:g} × counted + "
+            f"{_num(c.offset or 0)} hidden tokens)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +398,9 @@ def _session(obj: _Obj) -> _Session:
             declared=cal.opt_flag("declared"),
             applied=cal.opt_flag("applied"),
         )
+    notes = tuple(
+        _text_item(n, f"{obj.at('notes')}[{i}]") for i, n in enumerate(obj.items("notes") or ())
+    )
     return _Session(
         session=obj.text("session", "session"),
         messages=obj.opt_integer("session_messages"),
@@ -376,7 +410,34 @@ def _session(obj: _Obj) -> _Session:
         floor=floor,
         calibration=calibration,
         reports=reports,
+        recorded=_recorded(obj.child("recorded")),
+        notes=notes,
     )
+
+
+def _text_item(value: object, path: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{path}: expected a string, got {_kind(value)}")
+    return value
+
+
+def _recorded(obj: _Obj | None) -> _Recorded | None:
+    if obj is None:
+        return None
+    costs: list[float | None] = []
+    for i, v in enumerate(obj.items("request_costs_usd") or ()):
+        at = f"{obj.at('request_costs_usd')}[{i}]"
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise ValueError(f"{at}: expected a number, got {_kind(v)}")
+        if v is not None and not math.isfinite(v):
+            raise ValueError(f"{at}: expected a finite number, got {v}")
+        costs.append(None if v is None else float(v))
+    marks: list[int] = []
+    for i, v in enumerate(obj.items("compactions") or ()):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{obj.at('compactions')}[{i}]: expected an integer, got {_kind(v)}")
+        marks.append(v)
+    return _Recorded(obj.number("cost_usd"), tuple(costs), tuple(sorted(set(marks))))
 
 
 def _report(obj: _Obj) -> _Report:
@@ -896,6 +957,27 @@ def _context_chart(s: _Session, sid: str) -> str:
                 ' data-kind="recorded"',
             )
         )
+    agent = [k for k in (s.recorded.compactions if s.recorded else ()) if first <= k <= last]
+    if agent:
+        for k in agent:
+            x = plot.x(k)
+            svg.append(
+                f'<line class="recorded-compaction" data-step="{k}" x1="{_c(x)}" x2="{_c(x)}" '
+                f'y1="{_c(plot.top)}" y2="{_c(plot.bottom)}" stroke="{_INK}" stroke-width="1.2" '
+                f'stroke-dasharray="1 3"><title>the recorded agent compacted before request '
+                f"{k:,}</title></line>"
+            )
+        legend.append(
+            _legend_item(
+                _swatch(
+                    f'<line x1="14" y1="0" x2="14" y2="12" stroke="{_INK}" stroke-width="1.5" '
+                    'stroke-dasharray="1 2"/>'
+                ),
+                "the recorded agent compacted",
+                "reference",
+                ' data-kind="recorded-compaction"',
+            )
+        )
     marks: list[str] = []
     kinds_seen = {"compaction", "overflow"}
     for i, r in enumerate(s.reports):
@@ -952,13 +1034,21 @@ def _context_chart(s: _Session, sid: str) -> str:
     caption = (
         "<strong>Context size per request.</strong> Tokens in each request the policy sends "
         "(the wire body, counted the same way for every policy). A marker sits on the request "
-        "that followed a compaction, a prune, or a request the provider would have rejected "
-        "as larger than the window (sent again after compacting)."
+        "that followed a compaction, a prune, or a request the provider would have refused "
+        "as too long — its input plus the output cap it asked for over the window (sent "
+        "again after compacting)."
     )
+    if s.calibrated:
+        caption += " The counts are calibrated to the provider's (see Calibration above)."
     if rec_points:
         caption += (
             " The wide grey band is the input the recorded agent's provider reported for "
             "the same request."
+        )
+    if agent:
+        caption += (
+            " A dotted vertical line marks a request the recorded agent sent after compacting "
+            "its own context."
         )
     caption += _reduction_note(reduced)
     return _figure("context", chart_id, caption, legend, svg)
@@ -1017,7 +1107,10 @@ def _cost_chart(s: _Session, sid: str) -> str:
     first = min(r.steps[0].index for _, r in reports)
     last = max([r.requests_total for _, r in reports] + [r.steps[-1].index for _, r in reports])
     floor_cost = s.floor.cost if s.floor is not None else None
-    data_top = max([c[-1] for _, _, c in series] + [floor_cost or 0.0])
+    recorded = _recorded_cumulative(s, last)
+    data_top = max(
+        [c[-1] for _, _, c in series] + [floor_cost or 0.0] + [v for _, v in recorded[-1:]]
+    )
     top, yticks = _value_ticks(data_top if data_top > 0 else 1.0)
     step = yticks[1] - yticks[0] if len(yticks) > 1 else top
     height = 330.0
@@ -1077,6 +1170,25 @@ def _cost_chart(s: _Session, sid: str) -> str:
         legend.append(
             _legend_item(_swatch_line(_INK, "2 3", 1.5), label, "reference", ' data-kind="floor"')
         )
+    if recorded:
+        keep = _reduce([v for _, v in recorded])
+        if len(keep) < len(recorded):
+            reduced.append(("recorded", len(recorded), len(keep)))
+        path = _polyline((plot.x(recorded[k][0]), plot.y(recorded[k][1])) for k in keep)
+        total = recorded[-1][1]
+        svg.append(
+            f'<path class="series" data-series="recorded" d="{path}" fill="none" '
+            f'stroke="{_RECORDED}" stroke-width="{_RECORDED_WIDTH}" stroke-linejoin="round" '
+            f'stroke-linecap="round"><title>as recorded: {_e(_usd(total))}</title></path>'
+        )
+        legend.append(
+            _legend_item(
+                _swatch_line(_RECORDED, None, _RECORDED_WIDTH),
+                f"recorded ({_usd(total)})",
+                "series",
+                ' data-kind="recorded"',
+            )
+        )
     svg += lines
     caption = (
         "<strong>Cumulative cost.</strong> US dollars spent up to each request at the "
@@ -1093,8 +1205,26 @@ def _cost_chart(s: _Session, sid: str) -> str:
             "prompt cache (each token written once, read by every later request that "
             "repeats it)."
         )
+    if recorded:
+        caption += (
+            " The wide grey band is the session as recorded: the usage its log reports, "
+            "priced the same way (the agent's own compaction calls included)."
+        )
     caption += _reduction_note(reduced)
     return _figure("cost", chart_id, caption, legend, svg)
+
+
+def _recorded_cumulative(s: _Session, last: int) -> list[tuple[int, float]]:
+    """``(request, dollars so far)`` of the session as recorded, up to request ``last``;
+    empty when the document has no recorded costs."""
+    if s.recorded is None or not any(c is not None for c in s.recorded.costs):
+        return []
+    total = 0.0
+    out = []
+    for i, c in enumerate(s.recorded.costs[:last], start=1):
+        total += c or 0.0
+        out.append((i, total))
+    return out
 
 
 def _slots(steps: Sequence[_Step]) -> list[tuple[int, int, int, int, int]]:
@@ -1299,7 +1429,6 @@ def _totals_table(s: _Session, sid: str) -> str:
     ]
     if show_floor:
         columns.append(("vs floor", True))
-    counters = ", ".join(s.counters) or "the simulator's counter"
     errors = [
         f"<li><strong>{_e(r.policy)}</strong> stopped after {_plural(r.requests, 'request')} "
         f"of {r.requests_total:,}: {_e(r.error)}</li>"
@@ -1309,7 +1438,7 @@ def _totals_table(s: _Session, sid: str) -> str:
     parts = [
         '<div class="table-wrap">',
         f'<table class="totals" id="{sid}-totals">',
-        f"<caption>Totals per policy. Tokens as counted by {_e(counters)}; costs in US "
+        f"<caption>Totals per policy. Tokens as counted by {s.counted()}; costs in US "
         "dollars, summary calls included. “vs first” divides each cost by "
         f"{_e(s.reports[0].policy)}'s"
         + (", “vs floor” by the session's floor" if show_floor else "")
@@ -1332,7 +1461,7 @@ def _facts(s: _Session, *, with_session: bool) -> str:
     if s.model:
         items.append(("Model", f"<code>{_e(s.model)}</code>"))
     if s.counters:
-        items.append(("Counter", ", ".join(f"<code>{_e(c)}</code>" for c in s.counters)))
+        items.append(("Counter", s.counted()))
     if s.cache:
         cache = []
         for key, value in s.cache:
@@ -1364,6 +1493,18 @@ def _facts(s: _Session, *, with_session: bool) -> str:
         if c.applied is not None:
             bits.append("<strong>applied</strong>" if c.applied else "not applied")
         items.append(("Calibration", " · ".join(bits) or "—"))
+    for note in s.notes:
+        items.append(("Note", _e(note)))
+    if s.recorded is not None and s.recorded.cost is not None:
+        agent = len(s.recorded.compactions)
+        compacted = f"compacted {_plural(agent, 'time')}" if agent else "never compacted"
+        items.append(
+            (
+                "As recorded",
+                f"<strong>{_usd(s.recorded.cost)}</strong> at these prices, from the usage the "
+                f"log reports; the agent {compacted}",
+            )
+        )
     if s.floor is not None:
         f = s.floor
         items.append(

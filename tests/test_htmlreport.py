@@ -14,6 +14,7 @@ import copy
 import json
 import re
 import xml.etree.ElementTree as ET
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +393,85 @@ def test_optional_keys_floor_calibration_limits_prunes_recorded() -> None:
     assert text_of(one(cost, ".//li[@data-kind='floor']")) == "floor $2.50"
 
 
+def _facts(root: ET.Element) -> dict[str, str]:
+    return dict(
+        zip(
+            [text_of(dt) for dt in root.findall(".//header/dl/dt")],
+            [text_of(dd) for dd in root.findall(".//header/dl/dd")],
+            strict=True,
+        )
+    )
+
+
+def test_calibrated_counts_are_named_as_such() -> None:
+    root = parse(render_html(enriched()))  # its calibration is applied
+    calibrated = (
+        "tiktoken:cl100k_base, calibrated to the provider's count (1.0331 × counted + "
+        "12,118 hidden tokens)"
+    )
+    assert _facts(root)["Counter"] == calibrated
+    caption = text_of(one(root, ".//table[@class='totals']/caption"))
+    assert caption.startswith(f"Totals per policy. Tokens as counted by {calibrated}; costs")
+    context = text_of(one(root, ".//figure[@data-chart='context']/figcaption"))
+    assert "The counts are calibrated to the provider's" in context
+    doc = enriched()
+    doc["calibration"]["applied"] = False
+    root = parse(render_html(doc))
+    assert _facts(root)["Counter"] == "tiktoken:cl100k_base"
+    caption = text_of(one(root, ".//table[@class='totals']/caption"))
+    assert caption.startswith("Totals per policy. Tokens as counted by tiktoken:cl100k_base; costs")
+
+
+def _with_recorded() -> dict[str, Any]:
+    doc = opus()
+    costs = [round(st["cost_usd"] * 0.9, 6) for st in doc["reports"][0]["steps"]]
+    costs[10] = None  # a request the log holds no usage for
+    doc["recorded"] = {
+        "requests": 144,
+        "with_usage": 142,
+        "cost_usd": sum(c for c in costs if c is not None),
+        "request_costs_usd": costs,
+        "compactions": [72],
+    }
+    doc["notes"] = ["not calibrated: the log records no usage to calibrate with"]
+    return doc
+
+
+def test_the_recorded_agents_compactions_and_cost_are_drawn() -> None:
+    doc = _with_recorded()
+    total = doc["recorded"]["cost_usd"]
+    root = parse(render_html(doc))
+    facts = _facts(root)
+    assert facts["As recorded"] == (
+        f"${total:,.2f} at these prices, from the usage the log reports; the agent compacted 1 time"
+    )
+    assert facts["Note"] == "not calibrated: the log records no usage to calibrate with"
+    context = one(root, ".//figure[@data-chart='context']")
+    (line,) = context.findall(".//line[@class='recorded-compaction']")
+    assert line.get("data-step") == "72"
+    assert line.get("x1") == line.get("x2")
+    # at request 72 of the policies' lines (one point per request)
+    kilo = one(context, ".//path[@data-series='policy'][@data-policy='kilo-default']")
+    assert float(line.get("x1", "")) == path_points(kilo.get("d", ""))[71][0]
+    assert text_of(one(line, "title")) == "the recorded agent compacted before request 72"
+    legend = one(context, ".//li[@data-kind='recorded-compaction']")
+    assert text_of(legend) == "the recorded agent compacted"
+    cost = one(root, ".//figure[@data-chart='cost']")
+    series = one(cost, ".//path[@data-series='recorded']")
+    points = path_points(series.get("d", ""))
+    assert len(points) == 143
+    assert all(b[1] <= a[1] for a, b in pairwise(points))  # climbs (SVG y)
+    assert text_of(one(cost, ".//li[@data-kind='recorded']")) == f"recorded (${total:,.2f})"
+    assert "the session as recorded" in text_of(one(cost, "figcaption"))
+
+
+def test_no_recorded_section_draws_no_recorded_marks() -> None:
+    root = parse(render_html(opus()))
+    assert not root.findall(".//*[@class='recorded-compaction']")
+    assert not root.findall(".//figure[@data-chart='cost']//path[@data-series='recorded']")
+    assert "As recorded" not in _facts(root)
+
+
 def test_declared_calibration_not_applied() -> None:
     doc = small()
     doc["calibration"] = {"factor": 1.2, "offset": 0, "steps": 0, "declared": True}
@@ -711,6 +791,15 @@ def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
             _with(small(), "reports.0.steps.0.recorded_input", "600"),
             "reports[0].steps[0].recorded_input: expected an integer, got a string",
         ),
+        (
+            _with(small(), "recorded", {"compactions": ["72"]}),
+            "recorded.compactions[0]: expected an integer, got a string",
+        ),
+        (
+            _with(small(), "recorded", {"request_costs_usd": [0.1, "x"]}),
+            "recorded.request_costs_usd[1]: expected a number, got a string",
+        ),
+        (_with(small(), "notes", [1]), "notes[0]: expected a string, got a number"),
         ({"sessions": []}, "sessions: expected at least one session, got an empty list"),
         ({"sessions": {"a": 1}}, "sessions: expected a list, got an object"),
         (

@@ -35,6 +35,10 @@ def box(locator: Locator, what: str) -> dict[str, float]:
 
 def test_opus_report_renders_in_chromium(tmp_path: Path) -> None:
     doc: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    # The session as recorded (what simulate adds from the log's usage): the agent
+    # compacted before request 72; its cost per request.
+    costs = [st["cost_usd"] * 0.9 for st in doc["reports"][0]["steps"]]
+    doc["recorded"] = {"cost_usd": sum(costs), "request_costs_usd": costs, "compactions": [72]}
     policies = [r["policy"] for r in doc["reports"]]
     page_file = tmp_path / "simulate-report.html"
     url = page_file.as_uri()
@@ -78,6 +82,21 @@ def test_opus_report_renders_in_chromium(tmp_path: Path) -> None:
             m = box(markers.nth(i), f"compaction marker {i}")
             assert context["x"] <= m["x"] <= context["x"] + context["width"]
             assert context["y"] <= m["y"] <= context["y"] + context["height"]
+
+        # The recorded agent's compaction spans the context chart; the recorded cost is a
+        # line of the cost chart, each with its legend entry.
+        agent = page.locator('figure[data-chart="context"] line.recorded-compaction')
+        assert agent.count() == 1
+        mark = box(agent, "recorded compaction")
+        assert mark["height"] > context["height"] / 2
+        assert context["x"] <= mark["x"] <= context["x"] + context["width"]
+        box(page.locator('li[data-legend="reference"][data-kind="recorded-compaction"]'), "legend")
+        recorded = page.locator('figure[data-chart="cost"] path[data-series="recorded"]')
+        assert recorded.count() == 1
+        box(recorded, "recorded cost line")
+        entry = page.locator('figure[data-chart="cost"] li[data-kind="recorded"]')
+        assert (entry.text_content() or "").startswith("recorded ($")
+        box(entry, "recorded cost legend entry")
 
         rows = page.locator("table.totals tbody tr")
         assert rows.count() == len(policies)
