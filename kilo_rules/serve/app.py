@@ -771,6 +771,9 @@ def create_app(
         decision_log=DecisionLog(decision_log) if decision_log is not None else None,
         access=access,
     )
+    # A revision refused while the store first loaded (before this app) counts too: a
+    # sidecar that started on a bad revision must not show none.
+    state.metrics.rejected.inc(store.stats().rejected)
     store.add_listener(state.on_reload)
     return _app(state)
 

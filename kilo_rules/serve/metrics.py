@@ -62,7 +62,8 @@ class Metrics:
         )
         self.rejected = Counter(
             "kilo_rules_revisions_rejected",
-            "Policy revisions refused (invalid); the revision served stayed.",
+            "Policy revisions refused (invalid), each once however often it is re-checked; "
+            "the revision served stayed.",
             registry=self.registry,
         )
         self.running = Gauge(

@@ -115,7 +115,8 @@ def test_a_refused_revision_is_on_stderr_once_per_revision(tmp_path: Path) -> No
             assert time.monotonic() < deadline, "the directory was not re-checked"
             time.sleep(0.1)
         metrics = httpx.get(f"{url}/metrics", headers=auth).text
-        assert "kilo_rules_revisions_rejected_total 0.0" in metrics  # before the app: none
+        # Refused at start, before the app existed, and re-checked since: one rejection.
+        assert "kilo_rules_revisions_rejected_total 1.0" in metrics
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     line = re.compile(

@@ -104,6 +104,7 @@ def test_a_sidecar_serving_nothing_says_why(policy_dir: Path, live_factory: Any)
 
         status = http.get("/v1/status").json()
         assert status["status"] == "not-ready" and status["revision"] is None
+        assert rejected_total(http) == 1  # refused before the app was made: counted still
         assert status["problems"] == body["diagnostics"]
         assert str(live.store.work_dir) not in json.dumps(status)
 
