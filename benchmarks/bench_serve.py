@@ -79,6 +79,8 @@ def start_sidecar(policies: Path, port: int) -> subprocess.Popen[bytes]:
         [
             *(sys.executable, "-m", "kilo_rules", "serve", "--dir", str(policies)),
             *("--port", str(port), "--log-level", "warning"),
+            # A benchmark on loopback: no token to read back before timing.
+            "--no-auth",
         ],
         stdout=subprocess.DEVNULL,
     )
