@@ -1699,6 +1699,8 @@ class PolicyStore:
 
     def _run(self) -> None:
         source = self._source
+        if isinstance(source, _BundledSource):
+            return  # the shipped policies never change: nothing to watch or poll
         if isinstance(source, _DirectorySource):
             self._watch_directory(source.root)
         elif isinstance(source, _BundleSource):

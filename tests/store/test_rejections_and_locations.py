@@ -17,7 +17,18 @@ from kilo_rules.bundle import build_bundle
 from kilo_rules.errors import EvalError
 
 from ..runtime.helpers import model
-from .helpers import POLICY, SESSION, SONNET, break_tree, marker_of, write_tree
+from .helpers import (
+    POLICY,
+    SESSION,
+    SONNET,
+    Compiles,
+    break_tree,
+    compiles,
+    marker_of,
+    write_tree,
+)
+
+__all__ = ["compiles"]  # the fixture, imported for pytest
 
 STORE_LOG = "kilo_rules.store"
 #: One logged diagnostic: ``file:line:col: severity[code]: message``.
@@ -205,3 +216,23 @@ def test_an_error_raised_while_applying_names_the_watched_file(tree: Path) -> No
         assert error.diagnostic.location.file == str(tree / "team.yaml")
         assert not private(store, str(error))
         assert not any(private(store, json.dumps(d.to_json())) for d in error.diagnostics)
+
+
+# ------------------------------------------------------------------ the bundled policies
+
+
+def test_the_bundled_policies_serve_every_model_on_kilo_default(compiles: Compiles) -> None:
+    with PolicyStore.from_bundled() as store:
+        status = store.status()
+        assert status.ready and status.kind == "bundled" and status.source == "<bundled>"
+        assert store.plan_for(SONNET).policy == "kilo-default"
+        assert store.apply(SESSION, SONNET).revision == store.revision
+        before = compiles.count
+        assert store.reload().reason == "unchanged"
+        assert compiles.count == before
+        # Nothing to watch or poll: the background thread ends at once.
+        store.start()
+        thread = store._thread
+        assert thread is not None
+        thread.join(10)
+        assert not thread.is_alive()
