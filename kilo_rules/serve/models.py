@@ -140,7 +140,8 @@ class ErrorBody(_Out):
 
     code: str = Field(
         description="Stable code: request.too-large, request.invalid, session.invalid, "
-        "model.unknown, store.not-ready, build.timeout, internal, ..."
+        "session.empty, acceptance.<rule>, model.unknown, store.not-ready, build.timeout, "
+        "internal, ... (docs/serve.md lists them all)"
     )
     message: str = Field(description="One line for people.")
     diagnostics: list[DiagnosticOut] = Field(
