@@ -221,6 +221,22 @@ class TuneResult:
     (:func:`kilo_rules.fleet.not_a_log`): left out, neither replayed nor failed."""
     failed_diagnostics: tuple[tuple[Diagnostic, ...], ...] = ()
     """The located diagnostics of each session in :attr:`failed`, in the same order."""
+    uncalibrated: tuple[str, ...] = ()
+    """With ``calibrate``, the sessions replayed uncalibrated because their logs record no
+    usage to fit (they still count, at the simulator's own token counts)."""
+
+    def calibration(self) -> str:
+        """How the sessions' counts were calibrated, in words: ``"calibrated"``,
+        ``"uncalibrated (no log records usage)"``, ``"calibrated (N without usage
+        uncalibrated)"``, or ``"uncalibrated"`` when calibration was not asked for."""
+        if not self.spec.calibrate:
+            return "uncalibrated"
+        n = len(self.uncalibrated)
+        if n == 0:
+            return "calibrated"
+        if n == len(self.sessions):
+            return "uncalibrated (no log records usage)"
+        return f"calibrated ({n:,} without usage uncalibrated)"
 
     @property
     def baseline(self) -> CandidateResult:
@@ -281,6 +297,7 @@ class TuneResult:
                 for (s, e), diags in zip(self.failed, self._failed_diagnostics(), strict=True)
             ],
             "skipped": [{"session": s, "reason": r} for s, r in self.skipped],
+            "uncalibrated": list(self.uncalibrated),
             "floor_cost_usd": self.floor_cost,
             "candidates": [_result_json(self, r) for r in self.results],
             "winner": winner,
@@ -1007,9 +1024,6 @@ def _no_sessions(spec: TuneSpec, failed: Sequence[Outcome[Any]], skipped: int) -
                 hint="name the logs, or a folder or glob that holds some",
             )
         )
-    hint = None
-    if spec.calibrate and any("simulate.no-usage" in (o.error or "") for o in failed):
-        hint = "calibrate: true needs logs that record usage; drop those sessions or set it false"
     first = failed[0]
     return KiloRulesError(
         Diagnostic(
@@ -1017,7 +1031,6 @@ def _no_sessions(spec: TuneSpec, failed: Sequence[Outcome[Any]], skipped: int) -
             f"no session could be replayed ({len(failed):,} failed), e.g. {first.path}: "
             f"{first.error}",
             Location(str(spec.file), 1, 1),
-            hint=hint,
         )
     )
 
@@ -1038,8 +1051,10 @@ def run_tune(
     session, replaying every candidate — through :func:`~kilo_rules.fleet.run_corpus`
     (``executor``, ``workers``, ``scheduler`` and ``progress`` are its own; with a remote
     Dask cluster the temporary directory, ``TMPDIR``, must be one the workers read). With
-    ``calibrate`` each session is replayed with the calibration fitted under the baseline,
-    the same for every candidate.
+    ``calibrate`` each session is replayed with the calibration fitted once on kilo-default's
+    un-compacted replay of it (:func:`~kilo_rules.simulate.fit_calibration`), the same for
+    every candidate; a log without usage is replayed uncalibrated and listed in
+    :attr:`TuneResult.uncalibrated`.
 
     A session that fails is listed in :attr:`TuneResult.failed` and the others count; a
     file a folder or glob matched that is not a recorded log is left out and listed in
@@ -1098,6 +1113,11 @@ def run_tune(
         winner=best.candidate.index if best is not None else None,
         skipped=tuple(not_logs),
         failed_diagnostics=tuple(o.diagnostics for o in failed),
+        uncalibrated=tuple(
+            str(d["session"])
+            for d in docs
+            if spec.calibrate and not (d.get("calibration") or {}).get("applied")
+        ),
     )
 
 
@@ -1138,7 +1158,7 @@ def _winner_header(
     if c.max_compactions is not None:
         limits.append(f"max_compactions {c.max_compactions}")
     limits.append("stopped replays allowed" if c.allow_stopped else "no stopped replay")
-    calibrated = " (calibrated)" if spec.calibrate else ""
+    calibrated = f" ({result.calibration()})" if spec.calibrate else ""
     lines = [
         f"{spec.base_name}-tuned: {spec.base_name} with the cheapest knob setting kilo-rules "
         "tune found",
@@ -1197,7 +1217,7 @@ def write_outputs(result: TuneResult, out_dir: str | Path) -> dict[str, Path]:
         winner = result.results[result.winner]
         extends, note = _winner_extends(spec, out)
         path = out / f"{spec.base_name}-tuned.yaml"
-        calibrated = ", calibrated" if spec.calibrate else ""
+        calibrated = f", {result.calibration()}" if spec.calibrate else ""
         # Every output is written whole or not at all (a run killed mid-write leaves the old
         # file): safefs.write_atomic renames a fully written temporary file into place.
         safefs.write_atomic(

@@ -318,3 +318,24 @@ def test_the_long_session_as_recorded() -> None:
     assert rec["compactions"] == [72]  # the agent compacted before the replay's request 72
     assert len(rec["request_costs_usd"]) == doc["reports"][0]["requests_total"] == 143
     assert rec["cost_usd"] == pytest.approx(sum(c or 0 for c in rec["request_costs_usd"]))
+
+
+def test_simulate_prints_why_a_calibrate_run_is_uncalibrated(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from kilo_rules.cli import main
+
+    traj = Path(__file__).parent.parent / "examples/sessions/swe-agent-gpt4-pydicom-1458.traj"
+    code = main(
+        [
+            "simulate",
+            "--model",
+            "anthropic/claude-sonnet-4-5",
+            "--session",
+            str(traj),
+            "--calibrate",
+        ]
+    )
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert "note: not calibrated: the log records no usage" in out

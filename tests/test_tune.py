@@ -444,13 +444,19 @@ def test_calibrated_sessions_without_usage_are_replayed_uncalibrated(
     )
     out_dir = tmp_path / "out"
     code = main(["tune", str(path), "--out", str(out_dir), "--executor", "serial"])
-    out, _ = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert code == 0
     assert "1 candidate and the baseline" in out and "0 failed" in out
+    # the summary does not claim a calibration the replay did not apply
+    assert "calibrated (1 without usage uncalibrated)" in out
+    assert f"note: {traj} replayed uncalibrated" in err
     report = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
     assert report["sessions"] == [str(EXAMPLE), str(traj)]
+    assert report["uncalibrated"] == [str(traj)]
     assert report["failed"] == []
     assert report["winner"] is not None
+    tuned = (out_dir / "kilo-default-tuned.yaml").read_text(encoding="utf-8")
+    assert "calibrated (1 without usage uncalibrated)" in tuned
 
 
 # ----------------------------------------------------- the committed tuned policy

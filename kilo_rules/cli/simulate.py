@@ -192,8 +192,8 @@ def _one(args: argparse.Namespace, doc: dict[str, Any]) -> int:
 
 
 def _notes(doc: Mapping[str, Any]) -> list[str]:
-    """The calibration and the floor, one line each."""
-    out = []
+    """The notes, the calibration and the floor, one line each."""
+    out = [f"note: {n}" for n in doc.get("notes", ())]
     cal = doc.get("calibration")
     if cal is not None:
         how = "declared" if cal["declared"] else f"fitted on {cal['steps']} recorded requests"

@@ -78,10 +78,10 @@ def run(args: argparse.Namespace) -> int:
     for i, (session, error) in enumerate(result.failed):
         diags = result.failed_diagnostics[i] if i < len(result.failed_diagnostics) else ()
         print(session_failure("kilo-rules tune", session, diags, error), file=sys.stderr)
-    if result.spec.calibrate and any("simulate.no-usage" in e for _, e in result.failed):
+    for session in result.uncalibrated:
         print(
-            "kilo-rules tune: calibrate: true needs logs that record usage; drop those "
-            "sessions or set it false",
+            f"kilo-rules tune: note: {session} replayed uncalibrated: its log records no usage "
+            "to fit",
             file=sys.stderr,
         )
     if result.winner is None:
@@ -158,7 +158,7 @@ def _skipped(result: TuneResult) -> str:
 def _print_text(result: TuneResult, written: dict[str, Path]) -> None:
     spec = result.spec
     measured = sum(1 for r in result.results if not r.skipped)
-    calibrated = ", calibrated" if spec.calibrate else ""
+    calibrated = f", {result.calibration()}" if result.spec.calibrate else ""
     sessions = len(result.sessions)
     count = len(result.results) - 1
     print(
