@@ -20,6 +20,7 @@ each plan decides for itself where to compact.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -28,7 +29,7 @@ from typing import Any
 
 from .cachesim import Block, CacheSimulator, CacheStep, blocks
 from .catalog import ModelInfo, Prices
-from .errors import ContextOverflowError, Diagnostic, KiloRulesError
+from .errors import ContextOverflowError, Diagnostic, KiloRulesError, MultipleRunsWarning
 from .plan import Plan
 from .runtime.apply import apply_plan
 from .runtime.facade import Runtime, StepResult
@@ -910,8 +911,15 @@ class SessionJob:
 
         with allow_read(self.read_roots):
             plans = [compile_policy(p, self.model, config=dict(self.config)) for p in self.policies]
-            session = read_session(path, run=self.run)
-            return session_document(
+            # In a worker nobody sees a warning: which run of a multi-run log was read
+            # travels back as one of the document's notes.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", MultipleRunsWarning)
+                session = read_session(path, run=self.run)
+            for w in caught:
+                if not isinstance(w.message, MultipleRunsWarning):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            doc = session_document(
                 session,
                 plans,
                 name=str(path),
@@ -921,3 +929,14 @@ class SessionJob:
                 seconds_per_step=self.seconds_per_step,
                 steps=self.steps,
             )
+            runs = [w.message for w in caught if isinstance(w.message, MultipleRunsWarning)]
+            doc["notes"] = [*(_run_note(w) for w in runs), *doc["notes"]]
+            return doc
+
+
+def _run_note(w: MultipleRunsWarning) -> str:
+    what = f" ({w.instance})" if w.instance else ""
+    return (
+        f"{w.file} holds {w.runs} runs (one per line); run {w.run}{what} was replayed; "
+        f"replay another alone with --session {w.file} --run N (0–{w.runs - 1})"
+    )

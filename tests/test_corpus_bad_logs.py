@@ -287,3 +287,34 @@ def test_tune_over_a_corpus_skips_notes_and_fails_the_bad_log_alone(
     assert f"kilo-rules tune: skipped {folder / 'SOURCES.md'}: not a recorded log" in err
     assert "truncated.jsonl:" in err and "error[import.json]" in err
     assert "BrokenProcessPool" not in err
+
+
+def test_a_multi_run_log_in_a_corpus_says_which_run_was_replayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Read in a worker, the multi-run warning would be lost (or, serially under an "error"
+    # warning filter, fail the session): it travels back as the session's note instead.
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    shutil.copy(SMALL[1], folder / SMALL[1].name)
+    events = [
+        {"id": 0, "source": "user", "action": "message", "args": {"content": f"fix bug {i}"}}
+        for i in range(3)
+    ]
+    runs = "".join(
+        json.dumps({"instance_id": f"task-{i}", "history": [e]}) + "\n"
+        for i, e in enumerate(events)
+    )
+    log = folder / "output.jsonl"
+    log.write_text(runs, encoding="utf-8")
+    code, out, err = _simulate(
+        capsys, "--session", str(folder), "--executor", "serial", "--format", "json"
+    )
+    assert code == 0, err
+    docs = {d["session"]: d for d in json.loads(out)["sessions"]}
+    assert docs[str(log)]["notes"] == [
+        f"{log} holds 3 runs (one per line); run 0 (task-0) was replayed; replay another "
+        f"alone with --session {log} --run N (0–2)"
+    ]
+    assert docs[str(folder / SMALL[1].name)]["notes"] == []
+    assert f"kilo-rules simulate: note: {log}: {log} holds 3 runs" in err

@@ -263,6 +263,9 @@ def _many(args: argparse.Namespace, paths: Sequence[Path], job: Any) -> int:
             print("\nworst sessions (stopped first, then by cost against the floor):")
             headers, rows = worst_rows(agg)
             print(render_table(headers, rows))
+    for doc in docs:
+        for note in doc.get("notes", ()):
+            print(f"kilo-rules simulate: note: {doc['session']}: {note}", file=sys.stderr)
     for entry in skipped:
         print(
             f"kilo-rules simulate: skipped {entry['session']}: not a recorded log "
