@@ -34,7 +34,7 @@ from .resolve import ResolvedPolicy, resolve_policy
 from .settings import CONFIG_FIELDS, check_config
 from .source import nearest
 
-#: The order in which ``apply_plan`` runs its stages (DESIGN.md §2).
+#: The order in which ``apply_plan`` runs its stages (docs/architecture.md, "Apply").
 RUNTIME_STAGES = (
     "history",
     "inject",

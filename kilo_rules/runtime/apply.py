@@ -1,10 +1,10 @@
 """``apply_plan``: one step of one turn → the provider request, the decisions, the mutations.
 
-The stages run in Kilo's order (DESIGN.md §2): project history, inject per-turn content,
-lower parts, guards (payload bytes, overflow), system prompt, cache markers, output cap,
-render. The function is pure: the session is never changed; what should be persisted is
-returned as ``mutations``. Every stage records what it decided, with the policy location
-of the rule, in ``decisions`` (``schemas/decisions.v1.json``).
+The stages run in Kilo's order (docs/architecture.md, "Apply"): project history, inject
+per-turn content, lower parts, guards (payload bytes, overflow), system prompt, cache
+markers, output cap, render. The function is pure: the session is never changed; what
+should be persisted is returned as ``mutations``. Every stage records what it decided, with
+the policy location of the rule, in ``decisions`` (``schemas/decisions.v1.json``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Properties over generated requests, for every wire API (DESIGN.md §4 invariants).
+"""Properties over generated requests, for every wire API (docs/architecture.md, "Invariants").
 
 * every tool call in the body has its result and no result lacks its call;
 * the same request renders to the same bytes;

@@ -1,7 +1,8 @@
-"""DESIGN.md §4 invariants on generated sessions, for every provider: tool calls and
-results always paired; byte-identical output for identical input; the bytes before the
-last cache breakpoint stay identical across the steps of one user message; the marker
-budget is never exceeded; the session handed in is never changed."""
+"""The engine's invariants (docs/architecture.md, "Invariants") on generated sessions, for
+every provider: tool calls and results always paired; byte-identical output for identical
+input; the bytes before the last cache breakpoint stay identical across the steps of one
+user message; the marker budget is never exceeded; the session handed in is never
+changed."""
 
 from __future__ import annotations
 
