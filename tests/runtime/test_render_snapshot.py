@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kilo_rules.compile import compile_policy
-from kilo_rules.importers import import_file
+from kilo_rules.importers import read_session
 from kilo_rules.runtime.apply import apply_plan
 from kilo_rules.runtime.context import StepInput, Workspace
 from kilo_rules.session import Session
@@ -37,7 +37,7 @@ STEP = StepInput(workspace=Workspace(cwd=NOWHERE, root=NOWHERE, home=f"{NOWHERE}
 
 @cache
 def _session(path: Path) -> Session:
-    return import_file(path)
+    return read_session(path, run=0)
 
 
 def _prefixes(session: Session) -> list[Session]:

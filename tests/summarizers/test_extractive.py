@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kilo_rules.importers import import_file
+from kilo_rules.importers import read_session
 from kilo_rules.request import (
     Media,
     ModelMessage,
@@ -37,7 +37,7 @@ TRAJECTORIES = ROOT.parent / "shared/data/trajectories"
 def head(path: Path) -> tuple[ModelMessage, ...]:
     """A recorded session lowered the way the summary input is."""
     settings = LowerSettings(tool_output_max_chars=2000, strip_all_media=True)
-    return tuple(lower(import_file(path).messages, settings))
+    return tuple(lower(read_session(path, run=0).messages, settings))
 
 
 def run(
