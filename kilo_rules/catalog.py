@@ -12,13 +12,26 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from . import wireapi
 from .errors import CatalogError, Diagnostic, Location, did_you_mean
 
-#: Wire formats the runtime renders (one module each under ``kilo_rules.providers``).
+#: The wire formats kilo-rules ships a renderer for (one module each under
+#: ``kilo_rules.providers``), as a type; their facts are :data:`kilo_rules.wireapi.BUILTIN`
+#: (a test keeps the two equal). A catalog model may also name a wire API registered since
+#: (``kilo_rules.providers.register``): :data:`WireApiName` checks against the registry.
 WireApi = Literal[
     "anthropic",
     "openai",
@@ -29,27 +42,34 @@ WireApi = Literal[
     "copilot",
 ]
 
-#: Most explicit cache breakpoints one request may carry, per wire API. Anthropic and
-#: Bedrock count tools, system and messages together; OpenAI-compatible servers forward the
-#: marks to Anthropic (OpenRouter), and so does GitHub Copilot for its Claude models
-#: (``copilot_cache_control``), so the same 4 applies. OpenAI (Chat Completions and the
-#: Responses API) and Gemini cache implicitly and take no markers.
-WIRE_BREAKPOINTS: Mapping[str, int] = MappingProxyType(
-    {
-        "anthropic": 4,
-        "bedrock": 4,
-        "copilot": 4,
-        "gemini": 0,
-        "openai": 0,
-        "openai-compatible": 4,
-        "openai-responses": 0,
-    }
-)
+
+def _registered_api(value: str) -> str:
+    if not wireapi.known(value):
+        expected = [repr(n) for n in wireapi.names()]
+        raise PydanticCustomError(
+            "literal_error",
+            "Input should be {expected}",
+            {"expected": f"{', '.join(expected[:-1])} or {expected[-1]}"},
+        )
+    return value
+
+
+#: A registered wire API's name: validated against the registry when a model is read; its
+#: JSON Schema lists the built-in ones.
+WireApiName = Annotated[
+    str,
+    AfterValidator(_registered_api),
+    WithJsonSchema({"enum": list(get_args(WireApi)), "type": "string"}),
+]
+
+#: Most explicit cache breakpoints one request may carry, per registered wire API (the
+#: ``marker_budget`` of :mod:`kilo_rules.wireapi`'s facts, read at each look-up).
+WIRE_BREAKPOINTS: Mapping[str, int] = wireapi.FactsView(lambda f: f.marker_budget)
 
 #: The breakpoints of a wire API whose models take explicit ones on request (the policy's
 #: ``cache.shapes``): OpenAI models from GPT-5.6 take up to 4 ``prompt_cache_breakpoint``,
 #: on Chat Completions and on the Responses API alike.
-EXPLICIT_BREAKPOINTS: Mapping[str, int] = MappingProxyType({"openai": 4, "openai-responses": 4})
+EXPLICIT_BREAKPOINTS: Mapping[str, int] = wireapi.FactsView(lambda f: f.explicit_breakpoints)
 
 #: The AI SDK package Kilo reaches each provider through (models.dev's ``npm``), for a
 #: model entry that names none; Kilo's cache gate and marker namespaces key on it.
@@ -185,7 +205,7 @@ class ModelInfo(_Model):
     )
     family: str = Field(description="Model family, e.g. claude, gpt, gemini, deepseek.")
     api_id: str = Field(description="The id sent to the provider's API.")
-    api: WireApi = Field(description="Wire format of requests for this model.")
+    api: WireApiName = Field(description="Wire format of requests for this model.")
     name: str | None = Field(None, description="Display name.")
     limits: Limits = Field(description="Token limits.")
     prices: Prices | None = Field(None, description="USD per million tokens.")
@@ -315,7 +335,7 @@ def known_values(catalog: Catalog | None = None) -> Mapping[str, tuple[str, ...]
     found: dict[str, set[str]] = {name: set() for name in ENUMERATED_FIELDS}
     found["model.provider"].update(PROVIDERS, PROVIDER_SDKS)
     found["model.sdk"].update(PROVIDER_SDKS.values(), [DEFAULT_SDK])
-    found["model.api"].update(get_args(WireApi))
+    found["model.api"].update(wireapi.names())
     found["model.cache.kind"].update(get_args(CacheFacts.model_fields["kind"].annotation))
     found["model.modalities"].update(get_args(Modality))
     for model in catalog.models:
