@@ -23,75 +23,50 @@ Wire APIs: ``anthropic`` (Messages), ``bedrock`` (Converse), ``gemini``
 (``generateContent``), ``openai`` (Chat Completions), ``openai-responses`` (the Responses
 API), ``openai-compatible`` (Chat Completions servers such as OpenRouter and LiteLLM) and
 ``copilot`` (GitHub Copilot's Chat Completions, with ``copilot_cache_control`` marks).
+Each module declares its API as one record (``SPEC``, a
+:class:`~kilo_rules.providers.registry.WireApiSpec`), and every function here reads the
+registry those records are in; :func:`register` adds another wire API.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
-from types import MappingProxyType
 from typing import Any
 
 from ..catalog import WIRE_BREAKPOINTS, signature_issuer
-from ..errors import CatalogError, Diagnostic, did_you_mean
 from ..request import Approval, ModelRequest
 from . import anthropic, bedrock, copilot, gemini, openai, openai_compatible, openai_responses
+from .registry import Renderer, WireApiSpec, register, spec, unregister
 
 __all__ = [
     "APIS",
     "PROVIDER_BREAKPOINT_LIMITS",
+    "Renderer",
+    "WireApiSpec",
     "count_markers",
     "endpoint",
+    "register",
     "render",
     "signature_issuer",
+    "unregister",
 ]
 
-Renderer = Callable[[ModelRequest], dict[str, Any]]
+# The built-in records, in the order their acceptance rules are listed.
+_BUILTIN = (anthropic, bedrock, gemini, openai, openai_compatible, openai_responses, copilot)
+for _module in _BUILTIN:
+    register(_module.SPEC)
 
-_RENDERERS: Mapping[str, Renderer] = MappingProxyType(
-    {
-        "anthropic": anthropic.render,
-        "bedrock": bedrock.render,
-        "copilot": copilot.render,
-        "gemini": gemini.render,
-        "openai": openai.render,
-        "openai-compatible": openai_compatible.render,
-        "openai-responses": openai_responses.render,
-    }
-)
-
-#: The wire APIs :func:`render` knows, sorted.
-APIS: tuple[str, ...] = tuple(sorted(_RENDERERS))
+#: The built-in wire APIs, sorted (one registered later is rendered too).
+APIS: tuple[str, ...] = tuple(sorted(m.SPEC.name for m in _BUILTIN))
 
 #: Most explicit cache breakpoints one request may carry, per wire API (catalog data).
 PROVIDER_BREAKPOINT_LIMITS: Mapping[str, int] = WIRE_BREAKPOINTS
 
-# Keys that hold one breakpoint each, per wire API. Anthropic's top-level automatic
-# ``cache_control`` is not a block marker and is not counted.
-_MARKER_KEYS: Mapping[str, str | None] = MappingProxyType(
-    {
-        "anthropic": "cache_control",
-        "bedrock": "cachePoint",
-        "copilot": copilot.MARK_KEY,
-        "gemini": None,
-        "openai": "prompt_cache_breakpoint",
-        "openai-compatible": "cache_control",
-        "openai-responses": openai_responses.MARK_KEY,
-    }
-)
 
-
-def _check(api: str) -> None:
-    if api not in _RENDERERS:
-        guess = did_you_mean(api, APIS)
-        raise CatalogError(
-            Diagnostic(
-                "provider.unknown-api",
-                f"unknown wire API {api!r}",
-                details={"known": list(APIS)},
-                hint=f"did you mean {guess!r}?" if guess else f"use one of {', '.join(APIS)}",
-            )
-        )
+def _check(api: str) -> WireApiSpec:
+    """The record of ``api``; the unknown-API error (with its did-you-mean) otherwise."""
+    return spec(api)
 
 
 def render(request: ModelRequest, api: str) -> dict[str, Any]:
@@ -101,8 +76,7 @@ def render(request: ModelRequest, api: str) -> dict[str, Any]:
     ``json.dumps(render(r, api))`` is byte-identical across calls. Raises
     :class:`~kilo_rules.errors.CatalogError` for an unknown ``api``.
     """
-    _check(api)
-    return _RENDERERS[api](_without_approvals(request))
+    return _check(api).render(_without_approvals(request))
 
 
 def _without_approvals(request: ModelRequest) -> ModelRequest:
@@ -121,11 +95,7 @@ def _without_approvals(request: ModelRequest) -> ModelRequest:
 def headers(request: ModelRequest, api: str) -> dict[str, str]:
     """HTTP headers the body needs besides the usual ones: Anthropic's ``anthropic-beta``
     for the context edits it asks for (the betas sorted, comma-separated)."""
-    _check(api)
-    if api != "anthropic":
-        return {}
-    betas = {anthropic.EDIT_BETAS[e["edit"]] for e in request.options.get("server_edits") or ()}
-    return {"anthropic-beta": ",".join(sorted(betas))} if betas else {}
+    return _check(api).headers(request)
 
 
 def endpoint(request: ModelRequest, api: str) -> str:
@@ -133,25 +103,12 @@ def endpoint(request: ModelRequest, api: str) -> str:
 
     Bedrock and Gemini carry the model id in the path rather than in the body.
     """
-    _check(api)
-    if api == "bedrock":
-        return bedrock.endpoint(request)
-    if api == "gemini":
-        return gemini.endpoint(request)
-    paths = {
-        "anthropic": anthropic.ENDPOINT,
-        "copilot": copilot.ENDPOINT,
-        "openai": openai.ENDPOINT,
-        "openai-compatible": openai_compatible.ENDPOINT,
-        "openai-responses": openai_responses.ENDPOINT,
-    }
-    return paths[api]
+    return _check(api).path(request)
 
 
 def count_markers(body: Mapping[str, Any], api: str) -> int:
     """How many cache breakpoints the rendered ``body`` carries for wire API ``api``."""
-    _check(api)
-    key = _MARKER_KEYS[api]
+    key = _check(api).marker_key
     if key is None:
         return 0
     top = {k: v for k, v in body.items() if k != "cache_control"}

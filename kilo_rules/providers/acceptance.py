@@ -2,10 +2,11 @@
 
 The SDK request types and the JSON Schemas say which keys a body may hold. The endpoints
 check more than that: turn order, call/result pairing, blank text, the cache-breakpoint
-budget, where a signature came from, id formats, the window. Those rules live here as data
-(:data:`RULES`, one :class:`ApiRules` per wire API) and as small checks that read any
-rendered body through one common view, so the same rule is written once for every API
-that has it. Each rule carries, in a comment, the reason or the upstream error text.
+budget, where a signature came from, id formats, the window. Those rules live as data
+(:data:`RULES`, one :class:`ApiRules` per wire API, each in its API's record) and here as
+small checks that read any rendered body through one common view, so the same rule is
+written once for every API that has it. Each rule carries, in a comment, the reason or
+the upstream error text.
 
 :func:`check_body` runs every check that applies to the API and returns the
 :class:`Violation` list, each with the rule's name and a JSON path into the body
@@ -24,8 +25,9 @@ from typing import Any
 from ..serversim import refuses
 from . import _check as _check_api
 from . import _wireview as wire
-from ._api_rules import RULES, ApiRules
+from ._api_rules import ApiRules
 from ._wireview import Block, Turn, View
+from .registry import RULES
 
 __all__ = ["RULES", "ApiRules", "BodyContext", "Violation", "check_body", "rules_for"]
 
@@ -434,8 +436,8 @@ def _output_within_window(view: View, rules: ApiRules, ctx: BodyContext) -> Foun
 
 
 def _rules(api: str) -> ApiRules:
-    _check_api(api)  # the renderers' error for an unknown API, with its did-you-mean
-    return RULES[api]
+    # the renderers' error for an unknown API, with its did-you-mean
+    return _check_api(api).rules
 
 
 def rules_for(api: str) -> tuple[str, ...]:

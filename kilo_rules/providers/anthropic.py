@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import wireapi
 from ..request import (
     CacheMark,
     Media,
@@ -45,6 +46,7 @@ from ..request import (
     ToolResult,
     ToolSpec,
 )
+from ._api_rules import CALL_ID, TOOL_NAME, ApiRules
 from ._shared import (
     Entry,
     decode_text,
@@ -58,6 +60,7 @@ from ._shared import (
     sanitize_call_id,
     settle_marks,
 )
+from .registry import WireApiSpec
 
 #: Used for ``max_tokens`` when neither the request nor ``options["output_limit"]`` sets it.
 DEFAULT_MAX_TOKENS = 4096
@@ -93,6 +96,13 @@ EDIT_BETAS = {
     "clear_tool_uses": "context-management-2025-06-27",
     "compaction": "compact-2026-01-12",
 }
+
+
+def headers(request: ModelRequest) -> dict[str, str]:
+    """The ``anthropic-beta`` header the context edits the request asks for need (the
+    betas sorted, comma-separated); none without edits."""
+    betas = {EDIT_BETAS[e["edit"]] for e in request.options.get("server_edits") or ()}
+    return {"anthropic-beta": ",".join(sorted(betas))} if betas else {}
 
 
 def context_edit(edit: dict[str, Any]) -> dict[str, Any]:
@@ -249,3 +259,31 @@ def _reasoning(part: Reasoning) -> dict[str, Any] | None:
     if encrypted is not None:
         return {"type": "redacted_thinking", "data": encrypted}
     return None
+
+
+#: This wire API's record (:mod:`kilo_rules.providers.registry`).
+SPEC = WireApiSpec(
+    facts=wireapi.facts("anthropic"),
+    render=render,
+    endpoint=ENDPOINT,
+    marker_key="cache_control",
+    headers=headers,
+    rules=ApiRules(
+        shape="messages",
+        roles=("user", "assistant"),
+        first_role="user",
+        results_first=True,
+        unique_call_ids=True,
+        non_blank_text=True,
+        non_empty_content=True,
+        # "all messages must have non-empty content except for the optional final
+        # assistant message"
+        empty_final_assistant=True,
+        marker_not_on_thinking=True,
+        ttl_order=True,
+        signature_issuer="anthropic",
+        call_id_pattern=CALL_ID,
+        tool_name_pattern=TOOL_NAME,
+        output_cap=("max_tokens",),
+    ),
+)

@@ -32,6 +32,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+from .. import wireapi
 from ..catalog import signature_issuer
 from ..request import (
     CacheMark,
@@ -44,6 +45,7 @@ from ..request import (
     ToolResult,
     ToolSpec,
 )
+from ._api_rules import TOOL_NAME, ApiRules
 from ._shared import (
     Entry,
     effective_mark,
@@ -55,6 +57,7 @@ from ._shared import (
     sanitize_call_id,
     settle_marks,
 )
+from .registry import WireApiSpec
 
 #: Document formats Converse reads, by MIME type.
 DOCUMENT_FORMATS = {
@@ -227,3 +230,32 @@ def _reasoning(part: Reasoning, reader: str | None) -> dict[str, Any] | None:
     if encrypted is not None:
         return {"reasoningContent": {"redactedContent": encrypted}}
     return None
+
+
+#: This wire API's record (:mod:`kilo_rules.providers.registry`).
+SPEC = WireApiSpec(
+    facts=wireapi.facts("bedrock"),
+    render=render,
+    endpoint=endpoint,
+    marker_key="cachePoint",
+    rules=ApiRules(
+        shape="converse",
+        roles=("user", "assistant"),
+        first_role="user",
+        results_first=True,
+        unique_call_ids=True,
+        non_blank_text=True,
+        non_empty_content=True,
+        result_content_required=True,
+        marker_not_on_thinking=True,
+        marker_not_first=True,
+        ttl_order=True,
+        signature_issuer="anthropic",
+        # ToolUseBlock / ToolResultBlock.toolUseId: length 1..64, [a-zA-Z0-9_-]+ (newer
+        # references also allow ".:" in toolUse ids; Claude behind Bedrock does not).
+        call_id_pattern=r"[a-zA-Z0-9_-]{1,64}",
+        tool_name_pattern=TOOL_NAME,
+        call_names=True,  # ToolUseBlock.name has the same constraint as the spec's
+        output_cap=("inferenceConfig", "maxTokens"),
+    ),
+)

@@ -28,8 +28,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import wireapi
 from ..request import CacheMark, ModelRequest
+from ._api_rules import CALL_ID, TOOL_NAME, ApiRules
 from .openai import Dialect, render_chat
+from .registry import WireApiSpec
 
 ENDPOINT = "/chat/completions"  # relative to the Copilot API base URL
 
@@ -57,3 +60,24 @@ DIALECT = Dialect(
 def render(request: ModelRequest) -> dict[str, Any]:
     """The Copilot request body for ``request`` (JSON-serialisable, deterministic)."""
     return render_chat(request, DIALECT)
+
+
+#: This wire API's record (:mod:`kilo_rules.providers.registry`).
+SPEC = WireApiSpec(
+    facts=wireapi.facts("copilot"),
+    render=render,
+    endpoint=ENDPOINT,
+    marker_key=MARK_KEY,
+    rules=ApiRules(
+        shape="chat",
+        pairing="tool-messages",
+        unique_call_ids=True,
+        # Claude behind it: "cache_control cannot be set for empty text blocks".
+        marked_text_not_blank=True,
+        assistant_needs_content=True,
+        # Claude behind it: "tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'".
+        call_id_pattern=CALL_ID,
+        tool_name_pattern=TOOL_NAME,
+        output_cap=("max_tokens",),
+    ),
+)

@@ -40,6 +40,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+from .. import wireapi
 from ..request import (
     Media,
     ModelMessage,
@@ -50,7 +51,9 @@ from ..request import (
     ToolResult,
     ToolSpec,
 )
+from ._api_rules import ApiRules
 from ._shared import is_blank, merge_same_role, readable, result_text
+from .registry import WireApiSpec
 
 #: Whose signatures this API reads (see :func:`~kilo_rules.catalog.signature_issuer`).
 ISSUER = "google"
@@ -175,3 +178,36 @@ def _thought(part: Reasoning) -> dict[str, Any] | None:
 def _response(result: ToolResult) -> dict[str, Any]:
     key = "error" if result.is_error else "content"
     return {"id": result.call_id, "name": result.name, "response": {key: result_text(result)}}
+
+
+#: This wire API's record (:mod:`kilo_rules.providers.registry`).
+SPEC = WireApiSpec(
+    facts=wireapi.facts("gemini"),
+    render=render,
+    endpoint=endpoint,
+    rules=ApiRules(
+        shape="contents",
+        roles=("user", "model"),
+        first_role="user",
+        assistant_role="model",
+        pairing="function-turns",
+        call_after_user=True,
+        # A trailing call with no response is not a documented refusal.
+        calls_answered_at_end=False,
+        non_blank_text=True,
+        # The API returns signatures on empty text parts and takes them back verbatim.
+        blank_signed_text=True,
+        non_empty_content=True,
+        signature_issuer="google",
+        # "skip_thought_signature_validator": the documented stand-in for a call whose
+        # signature was lost (history from another model, compacted history).
+        signature_sentinels=frozenset({"skip_thought_signature_validator"}),
+        signature_required=r"gemini-3",
+        # "Invalid function name. Must start with a letter or an underscore. Must be
+        # a-z, A-Z, 0-9, or contain underscores (_), dots (.), colons (:), or dashes
+        # (-), with a maximum length of 64."
+        tool_name_pattern=r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}",
+        call_names=True,
+        output_cap=("generationConfig", "maxOutputTokens"),
+    ),
+)

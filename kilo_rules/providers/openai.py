@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import wireapi
 from ..request import (
     CacheMark,
     Media,
@@ -47,6 +48,7 @@ from ..request import (
     ToolResult,
     ToolSpec,
 )
+from ._api_rules import TOOL_NAME, ApiRules
 from ._shared import (
     Entry,
     data_url,
@@ -58,6 +60,7 @@ from ._shared import (
     sanitize_call_id,
     settle_marks,
 )
+from .registry import WireApiSpec
 
 ENDPOINT = "/v1/chat/completions"
 
@@ -271,3 +274,24 @@ def _tool_messages(msg: ModelMessage, dialect: Dialect) -> list[dict[str, Any]]:
         message = {"role": "tool", "tool_call_id": call_id, "content": content or ""}
         out.append(_finish(message, leftover, dialect))
     return out
+
+
+#: This wire API's record (:mod:`kilo_rules.providers.registry`).
+SPEC = WireApiSpec(
+    facts=wireapi.facts("openai"),
+    render=render,
+    endpoint=ENDPOINT,
+    marker_key="prompt_cache_breakpoint",
+    rules=ApiRules(
+        shape="chat",
+        pairing="tool-messages",
+        unique_call_ids=True,
+        marked_text_not_blank=True,
+        assistant_needs_content=True,
+        # "Invalid 'messages[2].tool_calls[0].id': string too long. Expected a string
+        # with maximum length 40"
+        call_id_max=40,
+        tool_name_pattern=TOOL_NAME,
+        output_cap=("max_completion_tokens",),
+    ),
+)

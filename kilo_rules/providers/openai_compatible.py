@@ -22,8 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import wireapi
 from ..request import CacheMark, ModelRequest
+from ._api_rules import TOOL_NAME, ApiRules
 from .openai import Dialect, render_chat
+from .registry import WireApiSpec
 
 ENDPOINT = "/chat/completions"  # relative to the server's base URL (often ending in /v1)
 
@@ -51,3 +54,21 @@ def dialect(request: ModelRequest) -> Dialect:
 def render(request: ModelRequest) -> dict[str, Any]:
     """The OpenAI-compatible request body for ``request`` (JSON-serialisable, deterministic)."""
     return render_chat(request, dialect(request))
+
+
+#: This wire API's record (:mod:`kilo_rules.providers.registry`).
+SPEC = WireApiSpec(
+    facts=wireapi.facts("openai-compatible"),
+    render=render,
+    endpoint=ENDPOINT,
+    marker_key="cache_control",
+    rules=ApiRules(
+        shape="chat",
+        pairing="tool-messages",
+        unique_call_ids=True,
+        marked_text_not_blank=True,
+        assistant_needs_content=True,
+        tool_name_pattern=TOOL_NAME,
+        output_cap=("max_tokens",),
+    ),
+)

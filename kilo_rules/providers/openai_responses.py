@@ -54,6 +54,7 @@ import hashlib
 import json
 from typing import Any
 
+from .. import wireapi
 from ..request import (
     CacheMark,
     Media,
@@ -65,6 +66,7 @@ from ..request import (
     ToolResult,
     ToolSpec,
 )
+from ._api_rules import TOOL_NAME, ApiRules
 from ._shared import (
     Entry,
     data_url,
@@ -75,6 +77,7 @@ from ._shared import (
     placeholder,
     settle_marks,
 )
+from .registry import WireApiSpec
 
 ENDPOINT = "/v1/responses"
 
@@ -278,3 +281,30 @@ def _outputs(msg: ModelMessage, explicit: bool) -> list[dict[str, Any]]:
             {"type": "function_call_output", "call_id": call_id(result.call_id), "output": output}
         )
     return out
+
+
+#: This wire API's record (:mod:`kilo_rules.providers.registry`).
+SPEC = WireApiSpec(
+    facts=wireapi.facts("openai-responses"),
+    render=render,
+    endpoint=ENDPOINT,
+    marker_key=MARK_KEY,
+    rules=ApiRules(
+        shape="responses",
+        # "No tool output found for function call call_…" and "No tool call found for
+        # function call output with call_id call_…": pairs are matched by call_id over
+        # the whole input, not by position.
+        pairing="by-id",
+        unique_call_ids=True,
+        # A reasoning item's encrypted_content is decrypted by OpenAI only ("The
+        # encrypted content for item … could not be verified").
+        signature_issuer="openai",
+        # "Invalid 'input[5].call_id': string too long. Expected a string with maximum
+        # length 64"
+        call_id_max=64,
+        # "The Responses API requires that all tool names conform to
+        # '^[a-zA-Z0-9_-]+$'" (openai/codex#8694), at most 64 characters.
+        tool_name_pattern=TOOL_NAME,
+        output_cap=("max_output_tokens",),
+    ),
+)
