@@ -331,7 +331,13 @@ def known_values(catalog: Catalog | None = None) -> Mapping[str, tuple[str, ...]
     ``catalog`` (default the bundled one) lists, plus what the descriptor's type allows
     (every wire API, cache kind and modality) and the provider and SDK tables know."""
     if catalog is None:
-        return _bundled_known_values()
+        cached = _bundled_known_values()
+        apis = wireapi.names()
+        if set(apis) <= set(cached["model.api"]):
+            return cached
+        # A wire API registered since the bundled values were read.
+        merged = tuple(sorted({*cached["model.api"], *apis}))
+        return MappingProxyType({**cached, "model.api": merged})
     found: dict[str, set[str]] = {name: set() for name in ENUMERATED_FIELDS}
     found["model.provider"].update(PROVIDERS, PROVIDER_SDKS)
     found["model.sdk"].update(PROVIDER_SDKS.values(), [DEFAULT_SDK])

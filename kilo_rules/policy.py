@@ -611,6 +611,9 @@ class Cache(_Section):
     respect_automatic: bool = Field(
         False, description="No explicit breakpoints when automatic caching is enabled."
     )
+    # The wire APIs with a marker-shape choice and their choices are their facts'
+    # marker_shapes (kilo_rules.wireapi); a test keeps this type, which the JSON Schema is
+    # written from, equal to them.
     shapes: Annotated[
         dict[
             Literal["openai", "openai-responses", "openai-compatible"],

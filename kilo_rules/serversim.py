@@ -19,7 +19,8 @@ bodies, step after step:
   call is billed as one more request (its input uncached, its output at the output price).
 
 An edit changes the request from the first thing it clears, so the cache model sees the
-prefix change there, as the provider's cache does.
+prefix change there, as the provider's cache does. Which edits a wire API's provider runs,
+and on which key of its body, are its facts (``server`` in :mod:`kilo_rules.wireapi`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import wireapi
 from .cachesim import blocks
 
 __all__ = ["ServerEdits", "ServerStep", "refuses"]
@@ -82,6 +84,7 @@ class ServerEdits:
     ) -> None:
         self.edits = {e["edit"]: e for e in edits}
         self.api = api
+        self.facts = wireapi.facts(api).server if wireapi.known(api) else None
         self.count = count
         self.summarized = 0  # conversation items the provider has compacted away
         self.summary_tokens = 0
@@ -94,26 +97,27 @@ class ServerEdits:
     @property
     def active(self) -> bool:
         """Whether anything is played at all (an API without these edits plays nothing)."""
-        return bool(self.edits) and self.api in ("anthropic", "openai-responses")
+        return bool(self.edits) and self.facts is not None
 
     def apply(self, body: dict[str, Any]) -> tuple[dict[str, Any], ServerStep]:
         """The body as the provider reads it, and what it did."""
-        if not self.active:
+        if not self.active or self.facts is None:
             return body, ServerStep()
+        runs = self.facts.edits
         out = copy.deepcopy(body)
-        key = "messages" if self.api == "anthropic" else "input"
+        key = self.facts.items
         items: list[Any] = out.get(key) or []
         thinking = cleared = 0
         compacted = False
         s_in = s_out = 0
         if self.summarized:
             items = [self._summary_item(), *items[self.summarized :]]
-        if self.api == "anthropic" and "clear_thinking" in self.edits:
+        if "clear_thinking" in runs and "clear_thinking" in self.edits:
             thinking = _clear_thinking(items, self.edits["clear_thinking"]["keep"])
-        if self.api == "anthropic" and "clear_tool_uses" in self.edits:
+        if "clear_tool_uses" in runs and "clear_tool_uses" in self.edits:
             cleared = self._clear_tool_uses(out, key, items)
         out[key] = items
-        c = self.edits.get("compaction")
+        c = self.edits.get("compaction") if "compaction" in runs else None
         size = self.size(out) if c is not None and len(items) > 2 else 0
         if c is not None and size >= c["trigger"]:
             s_in = size  # the summarising call reads what the model would have read
@@ -131,9 +135,8 @@ class ServerEdits:
 
     def _summary_item(self) -> dict[str, Any]:
         text = "summary " * self.summary_tokens  # about one token a word
-        if self.api == "anthropic":
-            return {"role": "user", "content": [{"type": "text", "text": text}]}
-        return {"role": "user", "content": [{"type": "input_text", "text": text}]}
+        kind = self.facts.text_type if self.facts is not None else "text"
+        return {"role": "user", "content": [{"type": kind, "text": text}]}
 
     def _clear_tool_uses(self, body: dict[str, Any], key: str, items: list[Any]) -> int:
         e = self.edits["clear_tool_uses"]
