@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .bundle import build_bundle, verify_bundle
     from .catalog import Catalog, ModelInfo, bundled_catalog, model_from_data
     from .check import CheckReport, check_paths
-    from .compile import compile_policy
+    from .compile import Compiler, compile_policy
     from .errors import (
         BundleError,
         CatalogError,
@@ -75,7 +75,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".bundle": ("build_bundle", "verify_bundle"),
     ".catalog": ("Catalog", "ModelInfo", "bundled_catalog", "model_from_data"),
     ".check": ("CheckReport", "check_paths"),
-    ".compile": ("compile_policy",),
+    ".compile": ("Compiler", "compile_policy"),
     ".errors": (
         "BundleError",
         "CatalogError",
@@ -195,6 +195,7 @@ __all__ = [
     "CatalogError",
     "CheckReport",
     "CompactionResult",
+    "Compiler",
     "ContextOverflowError",
     "Decision",
     "Diagnostic",

@@ -6,6 +6,8 @@ prompt, resolve the system layers and the cache settings, and fix the order of t
 runtime stages. ``until=`` stops after a named stage (for tests and ``kilo-rules plan``).
 A compiled plan is cached per (policy revision, model, config), in a bounded cache that
 re-reads nothing while the policy and prompt files keep their modification time and size.
+The caches belong to a :class:`Compiler`: :func:`compile_policy` uses the default one, and
+whoever wants caches of their own (a policy store, a test, a cold benchmark) makes another.
 """
 
 from __future__ import annotations
@@ -26,11 +28,17 @@ from .checks import check_inputs, read_file, referenced_files, semantic_diagnost
 from .errors import Diagnostic, KiloRulesError, Location, PolicyError
 from .expr import CompiledExpr, model_values, order_definitions
 from .load import JsonPath, lookup
-from .lru import LRUCache
+from .lru import CacheStats, LRUCache
 from .plan import ChunkModel, LayerPlan, Plan, PromptChoice, Value
 from .policy import PolicyBody
-from .policy_exprs import PolicyExpressions, compile_policy_expressions, value_leaves
-from .resolve import ResolvedPolicy, resolve_policy
+from .policy_exprs import (
+    DEFAULT_EXPRESSION_CACHES,
+    ExpressionCaches,
+    PolicyExpressions,
+    compile_policy_expressions,
+    value_leaves,
+)
+from .resolve import DEFAULT_RESOLVE_CACHES, ResolveCaches, ResolvedPolicy, resolve_policy
 from .settings import CONFIG_FIELDS, check_config
 from .source import nearest
 
@@ -53,6 +61,7 @@ CONFIG_NAMES = tuple(CONFIG_FIELDS)
 
 @dataclass
 class _Build:
+    compiler: Compiler
     policy: ResolvedPolicy
     model: ModelInfo
     config: dict[str, Any]
@@ -112,14 +121,14 @@ def _stage_checks(b: _Build) -> None:
     """Every check ``kilo-rules check`` runs on a policy — the semantic checks (files named,
     layers, providers, contradictions, ...) and the expressions — run once per policy
     revision and read roots; any error stops the compile with all of them."""
-    errors = _checked(b.policy)
+    errors = b.compiler.checked(b.policy)
     if errors:
         raise PolicyError(errors)
 
 
 def _stage_expressions(b: _Build) -> None:
     # Parsed once per policy revision, however many models and configs it is compiled for.
-    b.exprs = _EXPRESSIONS.get_or(_revision(b.policy), lambda: compile_policy_expressions(b.policy))
+    b.exprs = b.compiler.expressions(b.policy)
     b.context = {**model_values(b.model), **{n: b.config.get(n) for n in CONFIG_NAMES}}
 
 
@@ -327,7 +336,7 @@ def _stage_compaction(b: _Build) -> None:
     values: Mapping[str, Value] = b.values
     if flag is None or int(flag) != cap:
         config = {**b.config, "config.output_token_max": cap}
-        values = compile_policy(b.policy, b.model, config=config, until="values").values
+        values = b.compiler.compile(b.policy, b.model, config=config, until="values").values
     configured = values.get("output.configured")
     out = configured.value if configured is not None else None
     b.chunk_model = ChunkModel(int(values["budget.usable"].value), int(out or cap))
@@ -403,24 +412,20 @@ def _revision(policy: ResolvedPolicy) -> str:
     return h.hexdigest()[:16]
 
 
-#: Compiled plans kept per process, least recently used dropped first.
+#: Compiled plans (and resolved policies, checks, expressions) a compiler keeps by default,
+#: least recently used dropped first.
 CACHE_SIZE = 64
 
 _Stamp = tuple[tuple[str, int, int], ...]
 T = TypeVar("T")
 
 _Roots = tuple[Path, ...]
-
-# (policy revision, read roots, model, config) -> (stamp of the files it read, plan)
-_PLANS: LRUCache[tuple[str, _Roots, str, str], tuple[_Stamp, Plan]] = LRUCache(CACHE_SIZE)
-# policy revision -> its compiled expressions (they depend on nothing else)
-_EXPRESSIONS: LRUCache[str, PolicyExpressions] = LRUCache(CACHE_SIZE)
-# (policy revision, read roots, what else the checks read) -> (stamp of the files it names,
-# its error diagnostics)
+# (policy revision, read roots, model, config)
+_PlanKey = tuple[str, _Roots, str, str]
+# (policy revision, read roots, what else the checks read)
 _CheckKey = tuple[str, _Roots, tuple[str, ...]]
-_CHECKED: LRUCache[_CheckKey, tuple[_Stamp, list[Diagnostic]]] = LRUCache(CACHE_SIZE)
-# (reference, working directory, read roots) -> (stamp of the policy files, resolved policy)
-_RESOLVED: LRUCache[tuple[str, str, _Roots], tuple[_Stamp, ResolvedPolicy]] = LRUCache(CACHE_SIZE)
+# (reference, working directory, read roots)
+_ResolveKey = tuple[str, str, _Roots]
 
 
 def _stamp(files: Iterable[str | Path]) -> _Stamp:
@@ -443,46 +448,190 @@ def _fresh(hit: tuple[_Stamp, T] | None) -> T | None:
     return hit[1]
 
 
-def clear_cache() -> None:
-    """Forget every compiled plan and resolved policy (benchmarks measure cold compiles)."""
-    _PLANS.clear()
-    _EXPRESSIONS.clear()
-    _CHECKED.clear()
-    _RESOLVED.clear()
-
-
 def _named_files(policy: ResolvedPolicy) -> list[Path]:
     """The files a policy names, as written: a check's verdict holds while they keep their
     modification time and size (a missing one that appears changes its stamp)."""
     return [policy.file_ref(path, value).path for path, value in referenced_files(policy)]
 
 
-def _checked(policy: ResolvedPolicy) -> list[Diagnostic]:
-    """The error diagnostics ``kilo-rules check`` reports for ``policy`` (warnings do not
-    stop a compile), computed once per revision and read roots while the files it names
-    are unchanged."""
-    key = (_revision(policy), policy.read_roots, check_inputs(policy))
-    errors = _fresh(_CHECKED.get(key))
-    if errors is None:
-        diags = semantic_diagnostics(policy)
-        try:
-            _EXPRESSIONS.get_or(key[0], lambda: compile_policy_expressions(policy))
-        except KiloRulesError as exc:
-            diags.extend(exc.diagnostics)
-        errors = [d for d in diags if d.severity == "error"]
-        _CHECKED.put(key, (_stamp(_named_files(policy)), errors))
-    return errors
+class Compiler:
+    """Compiles policies into plans, and owns every cache that takes: compiled plans,
+    resolved policies, check verdicts and compiled expressions (by policy revision), and
+    the parsed files and expressions beneath them (:class:`~kilo_rules.resolve.
+    ResolveCaches`, :class:`~kilo_rules.policy_exprs.ExpressionCaches`).
+
+    As Jinja's ``Environment`` owns its template cache: every cache is bounded (``size``
+    entries of plans, resolved policies, checks and expressions; the file and expression
+    caches have bounds of their own), is one :class:`~kilo_rules.lru.LRUCache`, is keyed
+    by content (a policy's revision hashes its files' names and text) and is thread-safe,
+    so one compiler may serve every thread of a server. A cached plan or resolved policy
+    is reused only while the files it was made from keep their modification time and size.
+
+    :func:`compile_policy` uses :func:`default_compiler`; a policy store owns a compiler of
+    its own, and a test or a cold benchmark makes a new one (``Compiler()``) instead of
+    touching the process's caches. ``resolve_caches`` and ``expression_caches`` share the
+    lower caches with others (the default compiler shares the modules' defaults).
+    """
+
+    def __init__(
+        self,
+        size: int = CACHE_SIZE,
+        *,
+        resolve_caches: ResolveCaches | None = None,
+        expression_caches: ExpressionCaches | None = None,
+    ) -> None:
+        self.size = size
+        self.resolve_caches = ResolveCaches() if resolve_caches is None else resolve_caches
+        self.expression_caches = (
+            ExpressionCaches() if expression_caches is None else expression_caches
+        )
+        # -> (stamp of the files the plan read, plan)
+        self._plans: LRUCache[_PlanKey, tuple[_Stamp, Plan]] = LRUCache(size)
+        # policy revision -> its compiled expressions (they depend on nothing else)
+        self._expressions: LRUCache[str, PolicyExpressions] = LRUCache(size)
+        # -> (stamp of the files the policy names, its error diagnostics)
+        self._checked: LRUCache[_CheckKey, tuple[_Stamp, list[Diagnostic]]] = LRUCache(size)
+        # -> (stamp of the policy files, resolved policy)
+        self._resolved: LRUCache[_ResolveKey, tuple[_Stamp, ResolvedPolicy]] = LRUCache(size)
+
+    def caches(self) -> dict[str, LRUCache[Any, Any]]:
+        """Every cache the compiler owns, by name (``plans``, ``resolved``, ...,
+        ``documents``, ``trees``, ...)."""
+        return {
+            "plans": self._plans,
+            "expressions": self._expressions,
+            "checked": self._checked,
+            "resolved": self._resolved,
+            **self.resolve_caches.caches(),
+            **self.expression_caches.caches(),
+        }
+
+    def stats(self) -> dict[str, CacheStats]:
+        """Hits, misses and size of each cache, by name."""
+        return {name: c.stats() for name, c in self.caches().items()}
+
+    def clear(self) -> None:
+        """Forget every entry of every cache (the next compile is cold)."""
+        for c in self.caches().values():
+            c.clear()
+
+    def resolve(self, ref: str | Path) -> ResolvedPolicy:
+        """``resolve_policy(ref)`` with this compiler's caches, reused while none of the
+        chain's files changed (the read roots are those in force)."""
+        key = (str(ref), str(Path.cwd()), sandbox.operator_roots())
+        resolved = _fresh(self._resolved.get(key))
+        if resolved is None:
+            resolved = resolve_policy(ref, read_roots=key[2], caches=self.resolve_caches)
+            files = [d.file for d in resolved.chain if not d.file.startswith("<")]
+            self._resolved.put(key, (_stamp(files), resolved))
+        return resolved
+
+    def resolve_policy(
+        self, ref: str | Path, *, read_roots: Iterable[str | Path] | None = None
+    ) -> ResolvedPolicy:
+        """:func:`~kilo_rules.resolve.resolve_policy` sharing this compiler's file caches
+        (not kept as a resolved policy: for callers that keep what they resolve)."""
+        return resolve_policy(ref, read_roots=read_roots, caches=self.resolve_caches)
+
+    def expressions(self, policy: ResolvedPolicy) -> PolicyExpressions:
+        """Every expression of ``policy`` compiled, once per policy revision."""
+        return self._expressions.get_or(
+            _revision(policy),
+            lambda: compile_policy_expressions(policy, self.expression_caches),
+        )
+
+    def checked(self, policy: ResolvedPolicy) -> list[Diagnostic]:
+        """The error diagnostics ``kilo-rules check`` reports for ``policy`` (warnings do
+        not stop a compile), computed once per revision and read roots while the files it
+        names are unchanged."""
+        key = (_revision(policy), policy.read_roots, check_inputs(policy))
+        errors = _fresh(self._checked.get(key))
+        if errors is None:
+            diags = semantic_diagnostics(policy)
+            try:
+                self.expressions(policy)
+            except KiloRulesError as exc:
+                diags.extend(exc.diagnostics)
+            errors = [d for d in diags if d.severity == "error"]
+            self._checked.put(key, (_stamp(_named_files(policy)), errors))
+        return errors
+
+    def compile(
+        self,
+        policy: ResolvedPolicy | str | Path,
+        model: ModelInfo | str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        until: str | None = None,
+    ) -> Plan:
+        """Compile ``policy`` for ``model`` into a :class:`Plan` (cached per revision);
+        see :func:`compile_policy`."""
+        names = [n for n, _ in STAGES]
+        if until is not None and until not in names:
+            raise ValueError(f"unknown stage {until!r}; stages: {', '.join(names)}")
+        resolved = policy if isinstance(policy, ResolvedPolicy) else self.resolve(policy)
+        info = model if isinstance(model, ModelInfo) else bundled_catalog().get(model)
+        cfg = {
+            k if k.startswith("config.") else f"config.{k}": v for k, v in (config or {}).items()
+        }
+        key = (
+            _revision(resolved),
+            resolved.read_roots,
+            info.model_dump_json(),
+            json.dumps(cfg, sort_keys=True, default=str),
+        )
+        if until is None:
+            cached = _fresh(self._plans.get(key))
+            if cached is not None:
+                return cached
+        cfg = check_config(cfg)
+        build = _Build(self, resolved, info, cfg)
+        for name, stage in STAGES:
+            stage(build)
+            if name == until:
+                break
+        plan = Plan(
+            policy=resolved.name,
+            policy_file=resolved.file,
+            revision=key[0],
+            model=info,
+            config=dict(cfg),
+            data=build.data,
+            overrides=tuple(build.applied),
+            values=dict(build.values),
+            dynamic=tuple(build.dynamic),
+            prompt=build.prompt,
+            layers=tuple(build.layers),
+            cache=dict(build.cache),
+            stages=build.stages,
+            static_context=dict(build.context),
+            _locate=build.locate,
+            settings=build.settings,
+            summary_template=build.summary_template,
+            chunk_model=build.chunk_model,
+            warnings=tuple(build.warnings),
+        )
+        if until is None:
+            files = dict.fromkeys([*_named_files(resolved), *build.files])
+            self._plans.put(key, (_stamp(files), plan))
+        return plan
 
 
-def _resolve(ref: str | Path) -> ResolvedPolicy:
-    """``resolve_policy(ref)``, reused while none of the chain's files changed."""
-    key = (str(ref), str(Path.cwd()), sandbox.operator_roots())
-    resolved = _fresh(_RESOLVED.get(key))
-    if resolved is None:
-        resolved = resolve_policy(ref, read_roots=key[2])
-        files = [d.file for d in resolved.chain if not d.file.startswith("<")]
-        _RESOLVED.put(key, (_stamp(files), resolved))
-    return resolved
+# The one compiler of the module-level functions, sharing the caches that calls naming
+# none use (resolve_policy, parse): what the process computed once it reuses everywhere.
+_DEFAULT = Compiler(
+    resolve_caches=DEFAULT_RESOLVE_CACHES, expression_caches=DEFAULT_EXPRESSION_CACHES
+)
+
+
+def default_compiler() -> Compiler:
+    """The compiler :func:`compile_policy` uses (one per process)."""
+    return _DEFAULT
+
+
+def clear_cache() -> None:
+    """Forget everything the default compiler cached (``default_compiler().clear()``)."""
+    _DEFAULT.clear()
 
 
 def compile_policy(
@@ -499,52 +648,7 @@ def compile_policy(
     each checked against its type and range. The policy passes every check ``kilo-rules
     check`` runs first: a policy that check rejects raises :class:`PolicyError` here too.
     Files the policy names are read only inside its own tree, the bundled policies and
-    the roots it was resolved with (:func:`kilo_rules.sandbox.allow_read`).
+    the roots it was resolved with (:func:`kilo_rules.sandbox.allow_read`). The caches are
+    those of :func:`default_compiler`; ``Compiler().compile(...)`` uses caches of its own.
     """
-    names = [n for n, _ in STAGES]
-    if until is not None and until not in names:
-        raise ValueError(f"unknown stage {until!r}; stages: {', '.join(names)}")
-    resolved = policy if isinstance(policy, ResolvedPolicy) else _resolve(policy)
-    info = model if isinstance(model, ModelInfo) else bundled_catalog().get(model)
-    cfg = {k if k.startswith("config.") else f"config.{k}": v for k, v in (config or {}).items()}
-    key = (
-        _revision(resolved),
-        resolved.read_roots,
-        info.model_dump_json(),
-        json.dumps(cfg, sort_keys=True, default=str),
-    )
-    if until is None:
-        cached = _fresh(_PLANS.get(key))
-        if cached is not None:
-            return cached
-    cfg = check_config(cfg)
-    build = _Build(resolved, info, cfg)
-    for name, stage in STAGES:
-        stage(build)
-        if name == until:
-            break
-    plan = Plan(
-        policy=resolved.name,
-        policy_file=resolved.file,
-        revision=key[0],
-        model=info,
-        config=dict(cfg),
-        data=build.data,
-        overrides=tuple(build.applied),
-        values=dict(build.values),
-        dynamic=tuple(build.dynamic),
-        prompt=build.prompt,
-        layers=tuple(build.layers),
-        cache=dict(build.cache),
-        stages=build.stages,
-        static_context=dict(build.context),
-        _locate=build.locate,
-        settings=build.settings,
-        summary_template=build.summary_template,
-        chunk_model=build.chunk_model,
-        warnings=tuple(build.warnings),
-    )
-    if until is None:
-        files = dict.fromkeys([*_named_files(resolved), *build.files])
-        _PLANS.put(key, (_stamp(files), plan))
-    return plan
+    return _DEFAULT.compile(policy, model, config=config, until=until)

@@ -2,7 +2,10 @@
 
 Every cache that lives as long as a process (token counts per part, lowered and serialised
 messages per plan, compiled plans) is bounded, so that a long-running agent or server does
-not grow without end, and drops the entry used least recently first.
+not grow without end, and drops the entry used least recently first. The caches of the
+compiler (plans, resolved policies, parsed documents and expressions) belong to a
+:class:`kilo_rules.compile.Compiler`, not to the modules: a store or a test that wants caches
+of its own makes its own compiler.
 
 Keys are compared by content (hash and equality), which is what a shared cache should do:
 equal inputs give equal results, however the caller built them. A few caches key immutable
@@ -96,6 +99,12 @@ class LRUCache(Generic[K, V]):
         self.put(key, value)
         return value
 
+    def items(self) -> list[tuple[K, V]]:
+        """Every entry, least recently used first (a copy: the cache may change meanwhile).
+        Reading them makes none of them more recent."""
+        with self._lock:
+            return list(self._data.values())
+
     def stats(self) -> CacheStats:
         """Hits, misses and current size."""
         with self._lock:
@@ -109,4 +118,5 @@ class LRUCache(Generic[K, V]):
             self._misses = 0
 
     def __len__(self) -> int:
-        return len(self._data)
+        with self._lock:
+            return len(self._data)

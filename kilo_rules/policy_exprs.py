@@ -32,6 +32,7 @@ from .expr import (
 )
 from .expr.compile import compile_expr
 from .expr.nodes import Binary, ListExpr, Literal, Name, Node, walk
+from .expr.parser import DEFAULT_TREES, tree_cache
 from .expr.types import type_of_value
 from .expr.vocabulary import name_nodes
 from .load import JsonPath, lookup
@@ -89,8 +90,11 @@ class PolicyExpressions:
     warnings: list[Diagnostic]
 
 
-def policy_vocabulary(policy: ResolvedPolicy, kinds: dict[JsonPath, str]) -> Vocabulary:
-    """The built-in vocabulary plus the names this policy defines, with their types."""
+def policy_vocabulary(
+    policy: ResolvedPolicy, kinds: dict[JsonPath, str], caches: ExpressionCaches | None = None
+) -> Vocabulary:
+    """The built-in vocabulary plus the names this policy defines, with their types
+    (``caches``: whose vocabularies to share, default :data:`DEFAULT_EXPRESSION_CACHES`)."""
     types: dict[str, Type] = {}
     for prefix, body in policy_bodies(policy.data):
         for name, path, value in value_leaves(body):
@@ -107,11 +111,8 @@ def policy_vocabulary(policy: ResolvedPolicy, kinds: dict[JsonPath, str]) -> Voc
                 types[name] = Type(frozenset(merged), prev.elem or t.elem)
     base = default_vocabulary()
     extra = tuple(sorted((k, v) for k, v in types.items() if k not in base))
-    return _VOCABULARIES.get_or(extra, lambda: base.extended(dict(extra)))
-
-
-#: Policies extending one base mostly define the same names with the same types.
-_VOCABULARIES: LRUCache[tuple[tuple[str, Type], ...], Vocabulary] = LRUCache(256)
+    cache = (DEFAULT_EXPRESSION_CACHES if caches is None else caches).vocabularies
+    return cache.get_or(extra, lambda: base.extended(dict(extra)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,39 +127,78 @@ class _Parsed:
 
 #: (file, file text, path in the file, expression text): what a parse depends on.
 _SourceKey = tuple[str, str, JsonPath, str]
-#: A parse (or its errors) per source; a compilation per source, field kind and the types
-#: of the names read. A hundred policies extending one base parse and compile its
-#: expressions once.
-_PARSED: LRUCache[_SourceKey, _Parsed | ExprError] = LRUCache(4096)
-_COMPILED: LRUCache[tuple[_SourceKey, str, tuple[tuple[str, Type | None], ...]], CompiledExpr] = (
-    LRUCache(4096)
-)
+_CompiledKey = tuple[_SourceKey, str, tuple[tuple[str, Type | None], ...]]
 
 
-def _parse_once(key: _SourceKey | None, text: str, locate: Callable[[int], Location]) -> _Parsed:
+class ExpressionCaches:
+    """The bounded caches of policy expressions, all keyed by content: syntax trees by
+    text, parses by source (file, its text, path, expression), compilations by source,
+    field kind and the types of the names read, and vocabularies by the names a policy
+    adds. A hundred policies extending one base parse and compile its expressions once.
+
+    A :class:`kilo_rules.compile.Compiler` owns one; thread-safe (each cache holds a lock).
+    """
+
+    def __init__(self, *, trees: LRUCache[str, Node] | None = None) -> None:
+        self.trees: LRUCache[str, Node] = tree_cache() if trees is None else trees
+        self.parsed: LRUCache[_SourceKey, _Parsed | ExprError] = LRUCache(4096)
+        self.compiled: LRUCache[_CompiledKey, CompiledExpr] = LRUCache(4096)
+        # Policies extending one base mostly define the same names with the same types.
+        self.vocabularies: LRUCache[tuple[tuple[str, Type], ...], Vocabulary] = LRUCache(256)
+
+    def caches(self) -> dict[str, LRUCache[Any, Any]]:
+        """Each cache by name (for statistics and :meth:`clear`)."""
+        return {
+            "trees": self.trees,
+            "parsed": self.parsed,
+            "compiled": self.compiled,
+            "vocabularies": self.vocabularies,
+        }
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        for c in self.caches().values():
+            c.clear()
+
+
+#: What calls that name no caches share (the default compiler's, and :func:`parse`'s).
+DEFAULT_EXPRESSION_CACHES = ExpressionCaches(trees=DEFAULT_TREES)
+
+
+def _parse_once(
+    key: _SourceKey | None,
+    text: str,
+    locate: Callable[[int], Location],
+    caches: ExpressionCaches,
+) -> _Parsed:
     """The parse of ``text`` (raises :class:`ExprError`), shared by source when ``key``."""
 
     def make() -> _Parsed | ExprError:
         try:
-            expr = parse(text, locate=locate)
+            expr = parse(text, locate=locate, trees=caches.trees)
         except ExprError as exc:
             return exc
         names = tuple(n.name for n in name_nodes(expr))
         return _Parsed(expr, names, tuple(literal_diagnostics(expr)))
 
-    got = make() if key is None else _PARSED.get_or(key, make)
+    got = make() if key is None else caches.parsed.get_or(key, make)
     if isinstance(got, ExprError):
         raise ExprError(got.diagnostics)
     return got
 
 
-def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
+def compile_policy_expressions(
+    policy: ResolvedPolicy, caches: ExpressionCaches | None = None
+) -> PolicyExpressions:
     """Parse, check and compile every expression of ``policy`` (base and overrides).
 
-    Raises :class:`ExprError` with every diagnostic found."""
+    ``caches`` holds the parses and compilations to share (default
+    :data:`DEFAULT_EXPRESSION_CACHES`). Raises :class:`ExprError` with every diagnostic
+    found."""
+    exprs = DEFAULT_EXPRESSION_CACHES if caches is None else caches
     fields = expression_fields(policy.data)
     kinds = dict(fields)
-    vocab = policy_vocabulary(policy, kinds)
+    vocab = policy_vocabulary(policy, kinds, exprs)
     diags: list[Diagnostic] = []
     parsed: dict[JsonPath, Expr] = {}
     compiled: dict[JsonPath, CompiledExpr] = {}
@@ -172,16 +212,16 @@ def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
         else:
             doc, dpath = origin
             key = (doc.file, doc.text, dpath, text)
-            locate = partial(locate_in_document, doc, dpath)
+            locate = partial(locate_in_document, doc, dpath, caches=policy.caches)
         try:
-            got = _parse_once(key, text, locate)
+            got = _parse_once(key, text, locate, exprs)
         except ExprError as exc:
             diags.extend(exc.diagnostics)
             continue
         expr = got.expr
         types = tuple((name, vocab.get(name)) for name in got.names)
         ckey = None if key is None else (key, kind, types)
-        hit = None if ckey is None else _COMPILED.get(ckey)
+        hit = None if ckey is None else exprs.compiled.get(ckey)
         if hit is None:
             result, problems = infer(expr, vocab, KIND_TYPES[kind])
             if problems:
@@ -190,7 +230,7 @@ def compile_policy_expressions(policy: ResolvedPolicy) -> PolicyExpressions:
                 continue
             hit = compile_expr(expr, result_type=result)
             if ckey is not None:
-                _COMPILED.put(ckey, hit)
+                exprs.compiled.put(ckey, hit)
         parsed[path] = expr
         compiled[path] = hit
         warnings.extend(got.warnings)

@@ -42,6 +42,8 @@ def bundled_policy_names() -> list[str]:
     return sorted(names)
 
 
+# functools.cache, not a compiler's cache: it takes no argument, so it holds one value,
+# fixed by where the package is installed.
 @cache
 def bundled_root() -> Path:
     """The bundled ``policies/`` directory as a path: every policy may read under it."""
@@ -53,46 +55,95 @@ def bundled_policy_path(name: str) -> Path:
     return Path(str(resource_root() / f"{name}.yaml"))
 
 
-#: Parsed policy files with their schema diagnostics, by file name and content. ``check``
-#: resolves every policy of a directory, and each of them reads its bases again: the
-#: bundled base was parsed and validated once per policy. The file name is part of the key
-#: because every location in a document names its file; files past the size bound are not
-#: kept, so the cache stays small however large the policies are.
-_DOCUMENTS: LRUCache[tuple[str, str, Limits], tuple[Document, tuple[Diagnostic, ...] | None]] = (
-    LRUCache(256)
-)
 _CACHED_TEXT_MAX = 256 * 1024
 
-#: Locations of characters inside scalars, by document content, path and offset.
-_SCALAR_LOCATIONS: LRUCache[tuple[str, str, JsonPath, int], Location] = LRUCache(16384)
+_RootState = tuple[dict[str, Any], dict[JsonPath, tuple[Document, JsonPath]]]
 
 
-def _directory_of(file: str) -> Path:
-    return _DIRECTORIES.get_or(file, lambda: Path(file).parent) if file[:1] != "<" else Path.cwd()
+class ResolveCaches:
+    """The bounded caches of policy resolution, keyed by content.
+
+    * ``documents``: parsed policy files with their schema diagnostics, by file name,
+      content and limits. ``check`` resolves every policy of a directory, and each of them
+      reads its bases again: the bundled base was parsed and validated once per policy.
+      The file name is part of the key because every location in a document names its
+      file; files past 256 KiB are not kept, so the cache stays small however large the
+      policies are.
+    * ``scalar_locations``: locations of characters inside scalars, by document content,
+      path and offset.
+    * ``directories``: the directory of a file name.
+    * ``roots``: the merged body and origins of a chain's root document. Keyed by the
+      document object: the documents come from ``documents``, one object per file name and
+      content, so within one set of caches the object stands for its content.
+
+    A :class:`kilo_rules.compile.Compiler` owns one; thread-safe (each cache holds a lock).
+    """
+
+    def __init__(self) -> None:
+        self.documents: LRUCache[
+            tuple[str, str, Limits], tuple[Document, tuple[Diagnostic, ...] | None]
+        ] = LRUCache(256)
+        self.scalar_locations: LRUCache[tuple[str, str, JsonPath, int], Location] = LRUCache(16384)
+        self.directories: LRUCache[str, Path] = LRUCache(1024)
+        self.roots: LRUCache[Document, _RootState] = LRUCache(64, by_identity=True)
+
+    def caches(self) -> dict[str, LRUCache[Any, Any]]:
+        """Each cache by name (for statistics and :meth:`clear`)."""
+        return {
+            "documents": self.documents,
+            "scalar_locations": self.scalar_locations,
+            "directories": self.directories,
+            "roots": self.roots,
+        }
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        for c in self.caches().values():
+            c.clear()
 
 
-_DIRECTORIES: LRUCache[str, Path] = LRUCache(1024)
+#: What calls that name no caches share (the default compiler's).
+DEFAULT_RESOLVE_CACHES = ResolveCaches()
 
 
-def locate_in_document(doc: Document, path: JsonPath, offset: int) -> Location:
+def _directory_of(file: str, caches: ResolveCaches) -> Path:
+    if file[:1] == "<":
+        return Path.cwd()
+    return caches.directories.get_or(file, lambda: Path(file).parent)
+
+
+def locate_in_document(
+    doc: Document, path: JsonPath, offset: int, *, caches: ResolveCaches | None = None
+) -> Location:
     """Where character ``offset`` of the string at ``path`` of ``doc`` was written.
 
     A base's expressions are located again for every policy extending it; the answer
-    depends only on the document's content, so it is shared."""
+    depends only on the document's content, so it is shared (in ``caches``, default
+    :data:`DEFAULT_RESOLVE_CACHES`)."""
     key = (doc.file, doc.text, path, offset)
-    return _SCALAR_LOCATIONS.get_or(key, lambda: doc.locate_in_scalar(path, offset))
+    cache = (DEFAULT_RESOLVE_CACHES if caches is None else caches).scalar_locations
+    return cache.get_or(key, lambda: doc.locate_in_scalar(path, offset))
 
 
-def load_policy_document(path: Path, limits: Limits = DEFAULT_LIMITS) -> Document:
+def load_policy_document(
+    path: Path, limits: Limits = DEFAULT_LIMITS, *, caches: ResolveCaches | None = None
+) -> Document:
     """``load_yaml_file(path, limits)``, parsed once per file name and content.
 
-    The document is shared with every caller that reads the same file and content: it is
-    read only, as every document of a resolved policy's chain is."""
-    return _checked_document(path, limits, schema=False)[0]
+    The document is shared with every caller that reads the same file and content (through
+    ``caches``, default :data:`DEFAULT_RESOLVE_CACHES`): it is read only, as every document
+    of a resolved policy's chain is."""
+    own = DEFAULT_RESOLVE_CACHES if caches is None else caches
+    return _checked_document(path, limits, own, schema=False)[0]
 
 
 def _checked_document(
-    path: Path, limits: Limits, *, schema: bool = True, text: str | None = None
+    path: Path,
+    limits: Limits,
+    caches: ResolveCaches,
+    *,
+    schema: bool = True,
+    text: str | None = None,
 ) -> tuple[Document, tuple[Diagnostic, ...]]:
     """The document of ``path`` and, with ``schema``, its policy-schema diagnostics (each
     computed once per file name and content). ``text`` is the file's content when the
@@ -103,11 +154,11 @@ def _checked_document(
         except OSError:
             return load_yaml_file(path, limits), ()  # raises the located io.read error
     key = (str(path), text, limits)
-    doc, errors = _DOCUMENTS.get(key) or (parse_yaml(text, str(path), limits), None)
+    doc, errors = caches.documents.get(key) or (parse_yaml(text, str(path), limits), None)
     if errors is None and schema:
         errors = _schema_errors(doc)
     if len(text) <= _CACHED_TEXT_MAX:
-        _DOCUMENTS.put(key, (doc, errors))
+        caches.documents.put(key, (doc, errors))
     return doc, errors or ()
 
 
@@ -150,6 +201,9 @@ class ResolvedPolicy:
     #: Directories the operator allowed reads under when the policy was resolved; the files
     #: it names are checked against these (plus its own tree and the bundled policies).
     read_roots: tuple[Path, ...] = ()
+    #: The caches it was resolved with, which locating its values shares (not part of the
+    #: policy: two policies with equal content are equal whichever caches made them).
+    caches: ResolveCaches = field(default=DEFAULT_RESOLVE_CACHES, repr=False, compare=False)
 
     @property
     def file(self) -> str:
@@ -169,11 +223,11 @@ class ResolvedPolicy:
         hit = self.origin.get(path)
         if hit is None:
             return self.locate(path)
-        return locate_in_document(*hit, offset)
+        return locate_in_document(*hit, offset, caches=self.caches)
 
     def declared_in(self, path: JsonPath) -> Path:
         """Directory of the file that set ``path`` (relative file references start there)."""
-        return _directory_of(self.locate(path).file)
+        return _directory_of(self.locate(path).file, self.caches)
 
     def file_ref(self, path: JsonPath, value: str) -> sandbox.FileRef:
         """The file named by ``value`` at ``path``, located at that value."""
@@ -265,13 +319,6 @@ def _root_state(doc: Document) -> tuple[dict[str, Any], dict[JsonPath, tuple[Doc
     return _merge({}, _copy_data(_body(doc)), (), doc, (), origin), origin
 
 
-#: The merged body and origins of a chain's root document, by document (documents are
-#: shared by content through ``_DOCUMENTS``).
-_ROOTS: LRUCache[Document, tuple[dict[str, Any], dict[JsonPath, tuple[Document, JsonPath]]]] = (
-    LRUCache(64, by_identity=True)
-)
-
-
 def _copy_data(value: Any) -> Any:
     """A private copy of loaded data (dicts, lists and scalars only): what ``deepcopy``
     does for it, in a fraction of the time."""
@@ -302,6 +349,7 @@ def _documents(
     seen: list[Path],
     at: Location | None,
     read_roots: tuple[Path, ...],
+    caches: ResolveCaches,
 ) -> Iterator[Document]:
     """The extends chain of ``ref``, base first. A base named by ``extends:`` (``at``) is
     read only inside the allowed roots, as every file a policy names."""
@@ -353,7 +401,7 @@ def _documents(
                 Location(str(path), 1, 1),
             )
         )
-    doc, found = _checked_document(path, limits, text=text)
+    doc, found = _checked_document(path, limits, caches, text=text)
     if not isinstance(doc.data, dict):
         raise PolicyError(
             Diagnostic(
@@ -373,6 +421,7 @@ def _documents(
                 seen=[*seen, resolved],
                 at=doc.locate(("extends",)),
                 read_roots=read_roots,
+                caches=caches,
             )
         except PolicyError as exc:
             raise PolicyError([*errors, *exc.diagnostics]) from None
@@ -386,23 +435,35 @@ def resolve_policy(
     *,
     limits: Limits = DEFAULT_LIMITS,
     read_roots: Iterable[str | Path] | None = None,
+    caches: ResolveCaches | None = None,
 ) -> ResolvedPolicy:
     """Load a policy by bundled name or path, validate every file of its chain, merge.
 
     ``read_roots`` are directories the policy may read files under besides its own tree
     and the bundled policies (default: those of :func:`kilo_rules.sandbox.allow_read`).
-    Raises :class:`PolicyError` with every located problem found."""
+    ``caches`` holds the parsed files to share (default :data:`DEFAULT_RESOLVE_CACHES`;
+    :meth:`kilo_rules.compile.Compiler.resolve` passes its own). Raises
+    :class:`PolicyError` with every located problem found."""
+    own = DEFAULT_RESOLVE_CACHES if caches is None else caches
     roots = (
         sandbox.operator_roots()
         if read_roots is None
         else tuple(Path(r).expanduser().resolve() for r in read_roots)
     )
     docs = list(
-        _documents(ref, limits=limits, relative_to=Path.cwd(), seen=[], at=None, read_roots=roots)
+        _documents(
+            ref,
+            limits=limits,
+            relative_to=Path.cwd(),
+            seen=[],
+            at=None,
+            read_roots=roots,
+            caches=own,
+        )
     )
     # The first document is the root base, shared by every policy extending it: its merge
     # is made once, and each policy starts from a private copy of it.
-    base_data, base_origin = _ROOTS.get_or(docs[0], lambda: _root_state(docs[0]))
+    base_data, base_origin = own.roots.get_or(docs[0], lambda: _root_state(docs[0]))
     data: dict[str, Any] = _copy_data(base_data)
     origin = dict(base_origin)
     overrides: list[Any] = []
@@ -417,7 +478,12 @@ def resolve_policy(
         data["overrides"] = overrides
     data.pop("extends", None)
     return ResolvedPolicy(
-        name=str(data.get("name", "?")), data=data, chain=docs, origin=origin, read_roots=roots
+        name=str(data.get("name", "?")),
+        data=data,
+        chain=docs,
+        origin=origin,
+        read_roots=roots,
+        caches=own,
     )
 
 
@@ -440,4 +506,5 @@ def merged_onto(base: ResolvedPolicy, doc: Document, data: dict[str, Any]) -> Re
         chain=[*base.chain, doc],
         origin=origin,
         read_roots=base.read_roots,
+        caches=base.caches,
     )

@@ -45,7 +45,6 @@ import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -62,7 +61,7 @@ from .bundle import MAX_BUNDLE_BYTES, MAX_FILE_BYTES, Manifest, directory_revisi
 from .cancel import CancelToken, cancellable
 from .catalog import ModelInfo, bundled_catalog
 from .check import check_paths
-from .compile import compile_policy
+from .compile import CACHE_SIZE, Compiler
 from .errors import (
     CancellationError,
     CatalogError,
@@ -76,7 +75,7 @@ from .errors import (
 from .lru import LRUCache
 from .net import NetClient, NetworkSettings, network_settings
 from .plan import Plan
-from .resolve import ResolvedPolicy, bundled_root, resolve_policy
+from .resolve import ResolvedPolicy, bundled_root
 from .routes import ROUTES_FILE, RouteChoice, Routes, load_routes
 from .runtime.apply import StepResult, apply_plan
 from .runtime.context import StepInput, Workspace
@@ -398,20 +397,28 @@ def backoff_delay(failures: int, base: float, cap: float, rng: random.Random) ->
 # -- revisions --------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1024)
-def _catalog_model(model_id: str) -> tuple[ModelInfo, str]:
-    info = bundled_catalog().get(model_id)
-    return info, info.model_dump_json()
+#: Catalog lookups a store keeps (an id the catalog lacks raises and is not kept, so the
+#: keys are the catalog's ids and api ids).
+_CATALOG_CACHE_SIZE = 1024
+_CatalogCache = LRUCache[str, tuple[ModelInfo, str]]
 
 
-def _model(model: str | ModelInfo) -> tuple[ModelInfo, str]:
+def _catalog_model(model_id: str, cache: _CatalogCache) -> tuple[ModelInfo, str]:
+    def make() -> tuple[ModelInfo, str]:
+        info = bundled_catalog().get(model_id)
+        return info, info.model_dump_json()
+
+    return cache.get_or(model_id, make)
+
+
+def _model(model: str | ModelInfo, cache: _CatalogCache) -> tuple[ModelInfo, str]:
     """The descriptor of ``model`` and the key its plans are kept under."""
     if isinstance(model, ModelInfo):
         return model, model.model_dump_json()
-    return _catalog_model(model)
+    return _catalog_model(model, cache)
 
 
-def _declared(routes: Routes) -> list[tuple[ModelInfo, str]]:
+def _declared(routes: Routes, cache: _CatalogCache) -> list[tuple[ModelInfo, str]]:
     """The catalog models the operator's routes declare, which every revision is checked
     against whoever has asked for what: each model a route names by id (``match: {id:
     ...}``), and for every routed policy the first catalog model it serves, so that a
@@ -422,7 +429,7 @@ def _declared(routes: Routes) -> list[tuple[ModelInfo, str]]:
         if route.match.id is None:
             continue
         try:
-            info, key = _catalog_model(route.match.id)
+            info, key = _catalog_model(route.match.id, cache)
         except KiloRulesError:
             continue
         out.setdefault(key, (info, key))
@@ -431,7 +438,7 @@ def _declared(routes: Routes) -> list[tuple[ModelInfo, str]]:
         ref = routes.policy_for(info).policy
         if ref not in covered:
             covered.add(ref)
-            info, key = _catalog_model(info.id)
+            info, key = _catalog_model(info.id, cache)
             out.setdefault(key, (info, key))
     return list(out.values())
 
@@ -514,8 +521,8 @@ def _unservable(model: ModelInfo, diags: Sequence[Diagnostic]) -> ModelUnservabl
 
 class _Revision:
     """One built revision: its files' directory, its routes, its resolved policies and the
-    plans compiled from them. Immutable but for the plan cache and the hold count (the
-    store's lock guards ``holders`` and ``retired``)."""
+    plans compiled from them (by the store's compiler). Immutable but for the plan cache
+    and the hold count (the store's lock guards ``holders`` and ``retired``)."""
 
     def __init__(
         self,
@@ -525,8 +532,10 @@ class _Revision:
         policies: Mapping[str | Path, ResolvedPolicy],
         max_models: int,
         aliases: Mapping[str, str],
+        compiler: Compiler,
     ) -> None:
         self.id = rid
+        self.compiler = compiler
         self.root = root
         self.aliases = dict(aliases)
         self.names = _Aliases(aliases)
@@ -554,7 +563,7 @@ class _Revision:
             )
         # Located in the source people know, not the store's private copy: the plan's
         # values and layers, and every decision a step cites from it.
-        return self.names.plan(compile_policy(policy, model))
+        return self.names.plan(self.compiler.compile(policy, model))
 
     def plan(self, key: str, model: ModelInfo, *, inline: bool = False) -> Plan:
         """The plan of ``model``, compiled once per revision (``inline``: a model a caller
@@ -592,7 +601,7 @@ class StoreSnapshot:
 
     def route_for(self, model: str | ModelInfo) -> RouteChoice:
         """Which route and policy serve ``model`` in this revision."""
-        return self._rev.routes.policy_for(_model(model)[0])
+        return self._rev.routes.policy_for(_model(model, self._store._catalog)[0])
 
     def plan_for(self, model: str | ModelInfo) -> Plan:
         """The plan of ``model`` in this revision (compiled once, then cached)."""
@@ -1134,7 +1143,11 @@ class PolicyStore:
         )
         # The operator's roots in force now: the background thread has a context of its own.
         self._read_roots = sandbox.operator_roots()
-        self._preload = [_model(m) for m in settings.preload]
+        # The store's own caches: its compiles and catalog lookups share nothing with the
+        # process's default compiler, and go when the store does.
+        self.compiler = Compiler(max(CACHE_SIZE, settings.max_models))
+        self._catalog: _CatalogCache = LRUCache(_CATALOG_CACHE_SIZE)
+        self._preload = [_model(m, self._catalog) for m in settings.preload]
         self._bundled = bundled_root().resolve()
         parent = settings.work_dir
         if parent is not None:
@@ -1143,7 +1156,7 @@ class PolicyStore:
         self._lock = threading.Lock()  # the current revision, holds, models, counters
         self._reloading = threading.Lock()  # one reload at a time
         self._current: _Revision | None = None
-        self._models: OrderedDict[str, ModelInfo] = OrderedDict()
+        self._models: LRUCache[str, ModelInfo] = LRUCache(settings.max_models)
         self._listeners: list[Callable[[ReloadResult], None]] = []
         self._counter = itertools.count(1)
         self._swaps = self._rejected = self._reloads = self._unavailable = 0
@@ -1154,7 +1167,7 @@ class PolicyStore:
         self._checked_at: float | None = None
         # What was refused since the source last offered something good, by revision (or,
         # without one, by its diagnostics): offered again, it is the same rejection.
-        self._refused: OrderedDict[str, Rejection] = OrderedDict()
+        self._refused: LRUCache[str, Rejection] = LRUCache(_MAX_REFUSED)
         self._last_rejection: Rejection | None = None
         self._rng = rng if rng is not None else random.Random()
         self._stop = threading.Event()
@@ -1316,13 +1329,10 @@ class PolicyStore:
 
     def _remember(self, key: str, model: ModelInfo) -> None:
         with self._lock:
-            self._models[key] = model
-            self._models.move_to_end(key)
-            while len(self._models) > self.settings.max_models:
-                self._models.popitem(last=False)
+            self._models.put(key, model)
 
     def _plan(self, rev: _Revision, model: str | ModelInfo) -> Plan:
-        info, key = _model(model)
+        info, key = _model(model, self._catalog)
         # A descriptor is the caller's own model: its plan is cached for this revision, but
         # it is never remembered as in use, so no caller decides which revisions the
         # operator can deploy (its compile error is that caller's answer alone).
@@ -1544,10 +1554,7 @@ class PolicyStore:
             else:
                 self._rejected += 1
                 rejection = Rejection(candidate, reason, diags, now, now)
-            self._refused[key] = rejection
-            self._refused.move_to_end(key)
-            while len(self._refused) > _MAX_REFUSED:
-                self._refused.popitem(last=False)
+            self._refused.put(key, rejection)
             self._last_rejection = rejection
         if seen is None:
             self._log_rejection(rejection, cur)
@@ -1623,13 +1630,15 @@ class PolicyStore:
                     )
                     continue
             try:
-                policies[ref] = resolve_policy(ref, read_roots=roots)
+                policies[ref] = self.compiler.resolve_policy(ref, read_roots=roots)
             except KiloRulesError as exc:
                 errors.extend(exc.diagnostics)
         if errors:
             raise StoreError([*errors, *diags])
-        rev = _Revision(revision, root, routes, policies, self.settings.max_models, aliases)
-        declared = _declared(routes)
+        rev = _Revision(
+            revision, root, routes, policies, self.settings.max_models, aliases, self.compiler
+        )
+        declared = _declared(routes, self._catalog)
         done: set[str] = set()
         with tempfile.TemporaryDirectory(prefix="canary-", dir=self._work) as empty:
             # The canary's workspace and home: empty, so that no instruction file of the

@@ -449,6 +449,8 @@ def _server(plan: Plan) -> list[_Finding]:
     return out
 
 
+# functools.lru_cache, not a compiler's cache: it takes no argument, so it holds one value,
+# the bundled kilo-default's path, fixed by where the package is installed.
 @lru_cache(maxsize=1)
 def _kilo_default_file() -> str:
     return str(Path(resolve_policy("kilo-default").file).resolve())

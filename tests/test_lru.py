@@ -24,6 +24,17 @@ def test_the_least_recently_used_entry_goes_first() -> None:
     assert len(cache) == 2
 
 
+def test_items_lists_least_recent_first_without_touching_the_order() -> None:
+    cache: LRUCache[str, int] = LRUCache(3)
+    for i, k in enumerate("abc"):
+        cache.put(k, i)
+    cache.get("a")
+    assert cache.items() == [("b", 1), ("c", 2), ("a", 0)]
+    assert cache.items() == [("b", 1), ("c", 2), ("a", 0)]  # reading moved nothing
+    cache.put("d", 3)
+    assert [k for k, _ in cache.items()] == ["c", "a", "d"]
+
+
 def test_content_keys_hit_for_equal_keys() -> None:
     cache: LRUCache[tuple[str, int], str] = LRUCache()
     cache.put(("x" * 3, 1), "v")

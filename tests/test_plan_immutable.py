@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules import compile as compiler
-from kilo_rules.compile import compile_policy
+from kilo_rules.compile import Compiler, compile_policy
 from kilo_rules.load import resource_root
-from kilo_rules.lru import LRUCache
 from kilo_rules.plan import FrozenDict, freeze
 from kilo_rules.runtime.facade import Runtime
 from kilo_rules.session import TokenUsage
@@ -89,23 +87,29 @@ def test_a_step_reads_no_policy_or_prompt_file(tmp_path: Path) -> None:
     assert summarizer.requests[0].template == plan.summary_template
 
 
+@pytest.fixture
+def compiler() -> Compiler:
+    """A compiler of the test's own: its caches start empty and no other test sees them."""
+    return Compiler()
+
+
 def test_the_cache_is_bounded_and_notices_a_changed_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, compiler: Compiler
 ) -> None:
     policy = _own_copy(tmp_path)
-    first = compile_policy(policy, SONNET)
-    assert compile_policy(policy, SONNET) is first  # a hit
+    first = compiler.compile(policy, SONNET)
+    assert compiler.compile(policy, SONNET) is first  # a hit
     prompt = tmp_path / "prompts" / "anthropic.txt"
     prompt.write_text(prompt.read_text(encoding="utf-8") + "\nOne more rule.", encoding="utf-8")
-    changed = compile_policy(policy, SONNET)
+    changed = compiler.compile(policy, SONNET)
     assert changed is not first and changed.prompt is not None
     assert changed.prompt.text.endswith("One more rule.")
     # A change of size as well as time: two writes may share a clock tick.
     text = policy.read_text(encoding="utf-8").replace("tail_turns: 2", "tail_turns: 3 # three")
     policy.write_text(text, encoding="utf-8")
-    assert compile_policy(policy, SONNET).settings.compaction.tail_turns == 3
-    monkeypatch.setattr(compiler, "_PLANS", LRUCache(2))
-    plans = [compile_policy(policy, SONNET, config={"output_token_max": n}) for n in (1, 2, 3)]
-    assert len(compiler._PLANS) == 2
-    assert compile_policy(policy, SONNET, config={"output_token_max": 3}) is plans[2]
-    assert compile_policy(policy, SONNET, config={"output_token_max": 1}) is not plans[0]
+    assert compiler.compile(policy, SONNET).settings.compaction.tail_turns == 3
+    small = Compiler(2)
+    plans = [small.compile(policy, SONNET, config={"output_token_max": n}) for n in (1, 2, 3)]
+    assert small.stats()["plans"].size == 2
+    assert small.compile(policy, SONNET, config={"output_token_max": 3}) is plans[2]
+    assert small.compile(policy, SONNET, config={"output_token_max": 1}) is not plans[0]

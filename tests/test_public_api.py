@@ -32,6 +32,15 @@ def test_the_policy_store_is_public() -> None:
         assert getattr(kilo_rules, name) is getattr(kilo_rules.store, name)
 
 
+def test_the_compiler_is_public() -> None:
+    import kilo_rules.compile
+
+    assert "Compiler" in kilo_rules.__all__
+    assert kilo_rules.Compiler is kilo_rules.compile.Compiler
+    for method in ("compile", "resolve", "clear", "stats"):
+        assert (getattr(kilo_rules.Compiler, method).__doc__ or "").strip(), method
+
+
 def test_the_lazy_table_and_the_type_checking_imports_agree() -> None:
     """Type checkers read the TYPE_CHECKING imports, the package resolves names through
     ``_EXPORTS``: a name added to one only would be wrong for the other."""

@@ -315,6 +315,8 @@ class _Builder(Transformer[Token, Node]):
     mod = _binary("%")
 
 
+# functools.cache on the argument-less functions here: each holds exactly one value (the
+# grammar text, a parser built from it, the error table), fixed by the package itself.
 @cache
 def grammar() -> str:
     """The grammar source, read once from the package."""
@@ -328,11 +330,23 @@ def _node_parser() -> Lark:
     )
 
 
-#: Syntax trees by expression text. Trees are immutable and hold offsets, not locations,
-#: so one tree serves every file that writes the same text: a policy extending
-#: kilo-default repeats the base's expressions, and ``check`` of a directory parsed them
-#: once per policy.
-_TREES: LRUCache[str, Node] = LRUCache(4096)
+#: How many syntax trees a tree cache keeps.
+TREES_SIZE = 4096
+
+
+def tree_cache() -> LRUCache[str, Node]:
+    """A new, empty cache of syntax trees by expression text, for :func:`parse`'s ``trees``.
+
+    Trees are immutable and hold offsets, not locations, so one tree serves every file
+    that writes the same text: a policy extending kilo-default repeats the base's
+    expressions, and ``check`` of a directory parsed them once per policy. A
+    :class:`kilo_rules.compile.Compiler` owns one."""
+    return LRUCache(TREES_SIZE)
+
+
+#: The trees :func:`parse` keeps when the caller names no cache of its own (the default
+#: compiler's expression caches hold this same one).
+DEFAULT_TREES: LRUCache[str, Node] = tree_cache()
 
 
 @cache
@@ -460,14 +474,19 @@ def _expected_words(exc: UnexpectedInput) -> list[str]:
     return sorted(words)
 
 
-def parse(text: str, *, locate: Locate | None = None) -> Expr:
+def parse(
+    text: str, *, locate: Locate | None = None, trees: LRUCache[str, Node] | None = None
+) -> Expr:
     """Parse ``text`` into an :class:`Expr`.
 
     ``locate`` maps 0-based offsets in ``text`` (0 to ``len(text)`` inclusive: errors at
     the end point just past the last character) to file locations; the YAML loader knows
     where the scalar is. By default offsets map to ``<expr>:line:col`` within the text.
-    Raises :class:`ExprError` (codes ``expr.syntax`` and ``expr.limit``).
+    ``trees`` is the cache of syntax trees to use (:func:`tree_cache`; default
+    :data:`DEFAULT_TREES`). Raises :class:`ExprError` (codes ``expr.syntax`` and
+    ``expr.limit``).
     """
+    cache = DEFAULT_TREES if trees is None else trees
     where = locate or text_locate(text)
 
     def fail(problem: _SyntaxProblem, details: dict[str, Any] | None = None) -> ExprError:
@@ -491,7 +510,7 @@ def parse(text: str, *, locate: Locate | None = None) -> Expr:
     if problem is not None:
         raise fail(problem)
     try:
-        root = _TREES.get(text) or _node_parser().parse(text)
+        root = cache.get(text) or _node_parser().parse(text)
     except _SyntaxProblem as exc:
         raise fail(exc) from None
     except UnexpectedInput as exc:
@@ -500,5 +519,5 @@ def parse(text: str, *, locate: Locate | None = None) -> Expr:
             _syntax_problem(text, exc, open_brackets), {"expected": expected} if expected else None
         ) from None
     assert isinstance(root, Node)
-    _TREES.put(text, root)
+    cache.put(text, root)
     return Expr(text, root, where)

@@ -189,6 +189,8 @@ class Vocabulary(Mapping[str, Type]):
         return problems
 
 
+# functools.cache, not a compiler's cache: it takes no argument, so it holds one value,
+# the built-in names, fixed by the package.
 @cache
 def default_vocabulary() -> Vocabulary:
     """The built-in names: ``model.*``, ``session.*``, ``request.*``, ``agent.*``, ``env.*``

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-import kilo_rules.store as store_module
 from kilo_rules.catalog import bundled_catalog
+from kilo_rules.compile import Compiler, default_compiler
 from kilo_rules.plan import Plan
 
 from ..runtime.helpers import assistant, session, text, user
@@ -107,17 +107,18 @@ def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 class Compiles:
-    """Counts the compiles a store makes."""
+    """Counts the compiles a store makes (through its own compiler, not the default one)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[str] = []
-        real = store_module.compile_policy
+        real = Compiler.compile
 
-        def counted(policy: Any, model: Any, **kw: Any) -> Plan:
-            self.calls.append(getattr(model, "id", str(model)))
-            return real(policy, model, **kw)
+        def counted(compiler: Compiler, policy: Any, model: Any, **kw: Any) -> Plan:
+            if compiler is not default_compiler():
+                self.calls.append(getattr(model, "id", str(model)))
+            return real(compiler, policy, model, **kw)
 
-        monkeypatch.setattr(store_module, "compile_policy", counted)
+        monkeypatch.setattr(Compiler, "compile", counted)
 
     @property
     def count(self) -> int:
