@@ -1122,7 +1122,8 @@ class PolicyStore:
     down or refused leaves the store without a revision, and :meth:`plan_for` raises
     :class:`StoreError` ``store.not-ready`` until one passes). :meth:`start` runs the
     background watcher (a directory), or poller (a URL or bundle file); :meth:`reload`
-    reloads now. Every method may be called from any thread.
+    reloads now. Every method may be called from any thread. ``compiler`` is the store's
+    own :class:`~kilo_rules.compile.Compiler`: its caches are not the process's.
     """
 
     def __init__(
