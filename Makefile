@@ -1,10 +1,11 @@
 # Two commands matter (see README): `make demo` runs the main job on the bundled default
-# policy, `make test` runs the whole suite. Each builds its own virtualenv in .venv.
+# policy, `make test` runs the whole suite (`make test-fast`, the tier without the slow
+# tests, while working). Each builds its own virtualenv in .venv.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench fuzz clean
+.PHONY: demo test test-fast bench fuzz clean
 
 $(BIN)/kilo-rules: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,12 +16,22 @@ $(BIN)/kilo-rules: pyproject.toml
 demo: $(BIN)/kilo-rules
 	$(BIN)/kilo-rules demo
 
+# pytest-xdist spreads the tests over one worker per core. Work stealing keeps both busy
+# to the end: the conftest puts the tests marked slow first, so the long ones do not
+# start last and leave one core idle while they finish.
+PYTEST_PARALLEL = $(BIN)/pytest -q -n auto --dist worksteal
+
 test: $(BIN)/kilo-rules
 	$(BIN)/ruff check kilo_rules tests benchmarks
 	$(BIN)/ruff format --check kilo_rules tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q
+	$(PYTEST_PARALLEL)
+
+# The unit tier: everything but the tests marked slow (whole recorded sessions replayed,
+# corpus runs, the browser, Dask, long property searches). `make test` is still the gate.
+test-fast: $(BIN)/kilo-rules
+	$(PYTEST_PARALLEL) -m "not slow"
 
 # Every untrusted surface with 10^5 generated inputs, shared among the surface's tests
 # (make test runs a derandomised few). Each importer is a surface of its own.

@@ -54,3 +54,13 @@ def _engine_bodies_are_acceptable(
         return body
 
     monkeypatch.setattr(providers, "render", checked)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the tests marked slow first, in their collected order, then the rest.
+
+    ``make test`` spreads the suite over pytest-xdist workers, which take tests in this
+    order; a replay of several minutes that started last would keep one worker busy
+    long after the others ran out of work. Nothing here may depend on the order, so
+    reordering is also a check that no test relies on another having run before it."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -53,6 +53,7 @@ def _writing(out: Path) -> bool:
         return True
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_simulate_html_killed_at_any_moment_is_old_or_whole(tmp_path: Path) -> None:
     session = tmp_path / "s.json"

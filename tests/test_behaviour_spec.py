@@ -175,6 +175,7 @@ def test_every_path_to_the_spec_is_docs_kilo_behaviour_md() -> None:
     assert wrong == []
 
 
+@pytest.mark.slow
 def test_every_cited_doc_exists() -> None:
     missing: list[str] = []
     for f in _files():

@@ -142,6 +142,7 @@ def _into_a_closed_pipe(*argv: str) -> subprocess.CompletedProcess[bytes]:
         os.close(write)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [["models"], ["plan", "--model", "openai/gpt-5", "--format", "json"], ["--help"]],

@@ -155,6 +155,7 @@ def test_the_cases_cover_every_importer_format() -> None:
     assert {fmt for *_, fmt in LOGS} == set(FORMATS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "name", "run", "fmt"),
     LOGS,

@@ -30,6 +30,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return code, out, err
 
 
+@pytest.mark.slow
 def test_a_folder_runs_in_parallel_and_aggregates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -110,6 +111,7 @@ def test_calibrate_reports_the_fit_and_applies_it(capsys: pytest.CaptureFixture[
     assert errors[len(errors) // 2] < 0.03
 
 
+@pytest.mark.slow
 def test_html_report_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     page = tmp_path / "report.html"
     code, _, _ = _run(capsys, "--session", str(EXAMPLE), "--html", str(page))

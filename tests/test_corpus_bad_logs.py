@@ -56,6 +56,7 @@ def _simulate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str,
 # --- the whole shared folder --------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason="the shared trajectories are absent")
 def test_the_shared_folder_with_its_sources_and_a_truncated_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -176,6 +177,7 @@ def test_a_file_named_that_is_not_a_log_is_an_error(
     assert code == 1 and "SOURCES.md:1:1: error[import.json]" in err
 
 
+@pytest.mark.slow
 def test_a_glob_of_nothing_but_notes_is_no_sessions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -187,6 +189,7 @@ def test_a_glob_of_nothing_but_notes_is_no_sessions(
     assert "error[simulate.no-sessions]: none of the 2 files matched is a recorded log" in err
 
 
+@pytest.mark.slow
 def test_when_every_session_fails_the_run_reports_them_and_writes_no_page(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -255,6 +258,7 @@ def test_a_good_outcome_and_a_failure_elsewhere_are_not_skipped(tmp_path: Path) 
 # --- tune ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tune_over_a_corpus_skips_notes_and_fails_the_bad_log_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -36,6 +36,7 @@ def test_corpus_is_large_enough() -> None:
     assert len(CASES) >= 40
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c["note"] for c in CASES])
 def test_broken_policy(case: dict[str, Any], in_tmp: Path) -> None:
     for name, content in case["files"].items():

@@ -212,6 +212,7 @@ def test_long_strings_are_cut_in_the_middle_and_keep_differing() -> None:
     assert not any("…[" in line for line in request_diff({"k": one}, {"k": two}, full=True))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MINI_SWE.is_file(), reason="the shared trajectories are absent")
 def test_a_real_session_diverges_where_compaction_first_differs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -258,12 +258,14 @@ def test_the_process_pool_runs_the_work_in_other_processes(tmp_path: Path) -> No
     assert 1 <= len(pids) <= 2
 
 
+@pytest.mark.slow
 def test_dask_starts_and_closes_a_local_cluster(tmp_path: Path) -> None:
     started = time.perf_counter()
     check_numbers(tmp_path, "dask", workers=2)
     assert time.perf_counter() - started < 30
 
 
+@pytest.mark.slow
 def test_dask_runs_on_the_cluster_at_a_scheduler_address(tmp_path: Path) -> None:
     from dask.distributed import Client, LocalCluster
 
@@ -346,6 +348,7 @@ def check_located(tmp_path: Path, executor: fleet.Executor) -> None:
     assert all(o.diagnostics == () for o in outcomes if o.ok)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_kilo_rules_error_comes_back_as_its_located_diagnostics(
     tmp_path: Path, executor: fleet.Executor
@@ -353,6 +356,7 @@ def test_a_kilo_rules_error_comes_back_as_its_located_diagnostics(
     check_located(tmp_path, executor)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["process", "dask"])
 def test_what_does_not_unpickle_fails_its_session_alone(
     tmp_path: Path, executor: fleet.Executor
@@ -369,6 +373,7 @@ def test_what_does_not_unpickle_fails_its_session_alone(
     assert [d.code for d in value.diagnostics] == ["simulate.failed"]
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_fails_only_its_session(tmp_path: Path) -> None:
     values = [str(n) for n in range(10)]
     values[4] = "die"
@@ -405,6 +410,7 @@ def test_on_dask_a_session_whose_workers_keep_dying_fails_alone(tmp_path: Path) 
     ]
 
 
+@pytest.mark.slow
 def test_every_worker_dying_fails_each_session_named(tmp_path: Path) -> None:
     paths = numbers(tmp_path, ["die", "die", "die"])
     outcomes = run_corpus(paths, fleet_work.troublesome, executor="process", workers=2)

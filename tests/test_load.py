@@ -46,6 +46,7 @@ def test_positions_inside_scalars(text: str, offset: int, where: tuple[int, int]
     assert (loc.line, loc.col) == where, doc.data
 
 
+@pytest.mark.slow
 def test_billion_laughs_stops_early() -> None:
     start = time.perf_counter()
     with pytest.raises(PolicyError) as err:
@@ -149,6 +150,7 @@ def test_numbers_at_the_bound_load() -> None:
     assert doc.data == {"a": 2**53, "b": -(2**53), "c": 1e15}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "items",
     [
@@ -192,6 +194,7 @@ def test_value_count_excludes_keys_and_aliases(
     assert (d.code, d.location.line, d.location.col) == ("yaml.nodes", 2, 4)
 
 
+@pytest.mark.slow
 def test_alias_expansion_has_its_own_message() -> None:
     with pytest.raises(PolicyError) as err:
         parse_yaml(BOMB, "bomb.yaml")

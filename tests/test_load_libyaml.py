@@ -59,6 +59,7 @@ def _repo_yaml() -> list[Path]:
     )
 
 
+@pytest.mark.slow
 def test_every_yaml_file_of_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
     files = _repo_yaml()
     assert len(files) > 20
@@ -117,6 +118,7 @@ _PIECES = st.sampled_from(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(
     max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -31,6 +31,7 @@ def _line_col(path: Path, needle: str) -> tuple[int, int]:
     raise AssertionError(needle)
 
 
+@pytest.mark.slow
 def test_repository_policy_tests_pass_and_cover_kilo_default(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

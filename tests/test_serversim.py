@@ -167,6 +167,7 @@ def test_simulate_reports_the_edits_on_a_recorded_session(tmp_path: Path) -> Non
     assert plain.server_compactions == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not OPUS.is_file(), reason="shared trajectories absent")
 def test_server_compaction_on_the_long_session_is_cheaper_than_never_compacting(
     tmp_path: Path,

@@ -255,6 +255,7 @@ def test_same_input_same_report(example: tuple[Session, list[SimulationReport]])
     assert again[0].to_json() == reports[0].to_json()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not LARGEST.exists(), reason="../shared/data/trajectories is not available")
 def test_largest_claude_code_log_compacts_and_stays_under_the_window() -> None:
     plan = compile_policy("kilo-default", SONNET)

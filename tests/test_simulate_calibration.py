@@ -71,6 +71,7 @@ def opus() -> tuple[Session, ModelInfo, Calibration, SimulationReport, Simulatio
     return sess, m, cal, plain, calibrated
 
 
+@pytest.mark.slow
 @needs_shared
 def test_the_fit_explains_the_recorded_usage(
     opus: tuple[Session, ModelInfo, Calibration, SimulationReport, SimulationReport],
@@ -220,6 +221,7 @@ def test_plans_for_different_models_are_refused(tmp_path: Path) -> None:
         session_document(_turns(), [a, b], name="x")
 
 
+@pytest.mark.slow
 @needs_shared
 def test_the_fit_uses_every_request_before_the_agents_compaction_whatever_the_plan() -> None:
     """The tuned policy compacts at request 15 of the long session; the fit is made on
@@ -232,6 +234,7 @@ def test_the_fit_uses_every_request_before_the_agents_compaction_whatever_the_pl
     assert kilo.steps == tuned.steps == 71
 
 
+@pytest.mark.slow
 @needs_shared
 def test_each_report_is_the_same_whatever_the_order_of_the_policies() -> None:
     sess = read_session(str(OPUS))
@@ -309,6 +312,7 @@ def test_the_session_as_recorded_is_priced_from_its_usage() -> None:
     assert recorded_summary(sess, None)["cost_usd"] is None
 
 
+@pytest.mark.slow
 @needs_shared
 def test_the_long_session_as_recorded() -> None:
     sess = read_session(str(OPUS))

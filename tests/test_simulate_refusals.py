@@ -66,6 +66,7 @@ def _by_index(report: SimulationReport, index: int) -> int:
     return next(k for k, s in enumerate(report.steps) if s.index == index)
 
 
+@pytest.mark.slow
 @needs_shared
 def test_a_request_over_the_window_with_its_output_cap_is_counted_and_retried() -> None:
     """On the long Claude Code session with a hidden prefix 500 tokens above the fitted one,

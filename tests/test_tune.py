@@ -287,6 +287,7 @@ def real_tune(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_the_winner_is_no_dearer_than_the_baseline(real_tune: dict[str, Any]) -> None:
     assert real_tune["code"] == 0, real_tune["err"]
     report = real_tune["report"]
@@ -306,6 +307,7 @@ def test_the_winner_is_no_dearer_than_the_baseline(real_tune: dict[str, Any]) ->
         assert winner["index"] != 0 and winner["cost_usd"] < rows[0]["cost_usd"]
 
 
+@pytest.mark.slow
 def test_every_number_is_what_simulate_gives(real_tune: dict[str, Any]) -> None:
     report = real_tune["report"]
     winner = report["winner"]
@@ -321,6 +323,7 @@ def test_every_number_is_what_simulate_gives(real_tune: dict[str, Any]) -> None:
     assert row["stopped"] == sum(r.stopped for r in reports)
 
 
+@pytest.mark.slow
 def test_the_winner_file_passes_check_and_verify(real_tune: dict[str, Any]) -> None:
     policy = real_tune["dir"] / "kilo-default-tuned.yaml"
     text = policy.read_text(encoding="utf-8")
@@ -336,6 +339,7 @@ def test_the_winner_file_passes_check_and_verify(real_tune: dict[str, Any]) -> N
         assert main(["verify", "--policy", str(policy), "--model", SONNET]) == 0, err.getvalue()
 
 
+@pytest.mark.slow
 def test_the_html_report(real_tune: dict[str, Any]) -> None:
     page = (real_tune["dir"] / "report.html").read_text(encoding="utf-8")
     assert "<script" not in page.lower() and 'http-equiv="Content-Security-Policy"' in page
@@ -347,6 +351,7 @@ def test_the_html_report(real_tune: dict[str, Any]) -> None:
     assert "src=" not in page and "href=" not in page  # nothing loaded from anywhere
 
 
+@pytest.mark.slow
 def test_the_text_output(real_tune: dict[str, Any]) -> None:
     out = real_tune["out"]
     lines = out.splitlines()
@@ -473,6 +478,7 @@ def test_the_committed_winner_passes_check_verify_and_its_own_tests() -> None:
     assert main(["test", str(TUNED.parent)]) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not OPUS.is_file(), reason="shared trajectories absent")
 def test_the_committed_winner_is_cheaper_than_every_bundled_policy_with_no_overflow() -> None:
     from kilo_rules.compile import compile_policy

@@ -109,6 +109,7 @@ def test_corpus_covers_every_finding() -> None:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", BUNDLED)
 def test_bundled_policies_pass_on_the_whole_catalog(policy: str) -> None:
     diags = verify_policy(policy, bundled_catalog().models)
@@ -226,6 +227,7 @@ def test_a_real_session_keeps_its_prefix(policy: str) -> None:
     assert report.unexpected == []
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason="shared trajectories absent")
 def test_the_stability_replay_compacts_where_simulate_does() -> None:
     """Both replay through one engine, with the same usage fed back: on the Opus session

@@ -195,6 +195,7 @@ def test_project_files_under_a_symlinked_parent_are_refused(tmp_path: Path, outs
 # -- races --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_policy_file_flipped_to_a_symlink_is_never_read_outside(
     tmp_path: Path, outside: Path
 ) -> None:
@@ -209,6 +210,7 @@ def test_a_policy_file_flipped_to_a_symlink_is_never_read_outside(
     assert leaked == 0
 
 
+@pytest.mark.slow
 def test_a_policy_directory_swapped_for_a_symlink_is_never_read_outside(
     tmp_path: Path, outside: Path
 ) -> None:
@@ -222,6 +224,7 @@ def test_a_policy_directory_swapped_for_a_symlink_is_never_read_outside(
     assert leaked == 0
 
 
+@pytest.mark.slow
 def test_an_instruction_file_flipped_to_a_symlink_is_never_read_outside(
     tmp_path: Path, outside: Path
 ) -> None:
@@ -400,6 +403,7 @@ def test_glob_beneath_matches_what_glob_matches_without_symlinks(
     assert want
 
 
+@pytest.mark.slow
 def test_the_race_tests_catch_a_reader_that_checks_then_opens(
     tmp_path: Path, outside: Path
 ) -> None:

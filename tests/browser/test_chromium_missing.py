@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_a_missing_chromium_fails_the_browser_tests_naming_the_package(tmp_path: Path) -> None:
     env = {**os.environ, "KILO_RULES_TEST_CHROMIUM": str(tmp_path / "no-chromium")}
     out = subprocess.run(

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from playwright.sync_api import Locator
 
 from kilo_rules.htmlreport import render_html
@@ -33,6 +34,7 @@ def box(locator: Locator, what: str) -> dict[str, float]:
     return {key: found[key] for key in ("x", "y", "width", "height")}
 
 
+@pytest.mark.slow
 def test_opus_report_renders_in_chromium(tmp_path: Path) -> None:
     doc: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
     # The session as recorded (what simulate adds from the log's usage): the agent

@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kilo_rules.htmlreport import render_tune_html
 
 from .chromium import chromium, finish, open_page
@@ -25,6 +27,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "tune" / "report.json"
 ARTIFACT = ROOT / "build" / "test-artifacts" / "tune-report.png"
 
 
+@pytest.mark.slow
 def test_tune_report_renders_in_chromium(tmp_path: Path) -> None:
     doc: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
     candidates = doc["candidates"]

@@ -34,6 +34,7 @@ def _strings(node: object) -> list[str]:
     return []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "model_id", "window", "output"), CASES)
 def test_long_run_completes_real_autonomous_sessions(
     name: str, model_id: str, window: int, output: int

@@ -67,6 +67,7 @@ def test_replay_small_example_session_compacts_on_provider_overflow() -> None:
     _check_nothing_lost(log, original, report)
 
 
+@pytest.mark.slow
 def test_replay_largest_claude_code_session_under_a_60k_window() -> None:
     if not LARGEST.exists():
         pytest.skip("../shared/data/trajectories is not available")

@@ -14,6 +14,7 @@ import contextlib
 from functools import cache
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -152,6 +153,7 @@ TOKENS = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 def test_random_text() -> None:
     seen = 0
 
@@ -272,6 +274,7 @@ def _extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 SHAPED = st.recursive(ATOMS, _extend, max_leaves=25)
 
 
+@pytest.mark.slow
 def test_grammar_shaped_expressions() -> None:
     seen = 0
 
@@ -425,6 +428,7 @@ def _outcome(evaluate: Any, context: dict[str, Any]) -> tuple[str, Any]:
     return ("value", (type(value), value))
 
 
+@pytest.mark.slow
 def test_compiled_matches_interpreter() -> None:
     seen = 0
     compiled_ok = 0

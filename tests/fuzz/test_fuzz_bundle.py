@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from hypothesis import given
@@ -141,6 +142,7 @@ def check(data: bytes) -> None:
 # ---------------------------------------------------------------- random bytes
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     data=st.one_of(
@@ -212,6 +214,7 @@ def mutated_tar(draw: st.DrawFn) -> bytes:
     return gzip.compress(bytes(tar), mtime=0)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=mutated_tar())
 def test_mutated_tar_headers(data: bytes) -> None:
@@ -259,6 +262,7 @@ def numbered_manifests(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     doc=st.one_of(mutated(MANIFEST_DOC), mutated(MANIFEST_V1_DOC), numbered_manifests()),
@@ -314,6 +318,7 @@ _KINDS = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     members=st.lists(st.tuples(_NAMES, st.binary(max_size=40), _KINDS), min_size=0, max_size=6),

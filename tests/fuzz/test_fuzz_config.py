@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -42,6 +43,7 @@ def _valid(name: str, value: object) -> bool:
     return 0 < value <= 100
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(_PAIRS, max_size=4))
 def test_config_pairs_become_a_valid_config_or_a_typed_error(pairs: list[str]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -63,18 +64,21 @@ def _everything(text: str) -> None:
                 assert exc.diagnostics
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.text(max_size=80))
 def test_any_text(text: str) -> None:
     _everything(text)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(SOUP)
 def test_token_soup_with_hostile_patterns(text: str) -> None:
     _everything(text)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.one_of(SHAPED, st.tuples(SHAPED, REGEX_LITERALS).map(lambda t: f"{t[0]} matches {t[1]}")))
 def test_grammar_shaped(text: str) -> None:
@@ -92,6 +96,7 @@ PATTERNS = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(PATTERNS)
 def test_literal_patterns_check_agrees_with_run_time(pattern: str) -> None:

@@ -42,6 +42,7 @@ def check_text(fmt: str, text: str, auto: bool) -> None:
     assert session_from_json(dump_session(session)) == session
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "index"), CASES)
 @FUZZ
 @given(data=st.data(), auto=st.booleans())
@@ -50,6 +51,7 @@ def test_mutated_logs(fmt: str, index: int, data: st.DataObject, auto: bool) -> 
     check_import(fmt, records, auto)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "index"), CASES)
 @FUZZ
 @given(data=st.data(), auto=st.booleans())

@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -88,12 +89,14 @@ TEXT = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.binary(max_size=300))
 def test_random_bytes(content: bytes) -> None:
     _check(content)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(TEXT)
 def test_yaml_shaped_text(text: str) -> None:
@@ -101,6 +104,7 @@ def test_yaml_shaped_text(text: str) -> None:
     _check(("version: 1\nname: p\n" + text).encode("utf-8", "surrogatepass"))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.text(alphabet=st.one_of(CONTROL, SURROGATE, st.just("a")), min_size=1, max_size=20))
 def test_control_characters_anywhere(noise: str) -> None:
@@ -127,6 +131,7 @@ NESTINGS = {
 }
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.integers(1, 200), st.sampled_from(sorted(NESTINGS)))
 def test_deep_nesting(depth: int, kind: str) -> None:
@@ -239,6 +244,7 @@ def schema_documents(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 @FUZZ
 @given(schema_documents())
 def test_documents_from_schema_keys(doc: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -193,6 +194,7 @@ def _run(text: str, name: str = "fuzz.test.yaml") -> None:
             assert d.location.line >= 1 and SECRET not in str(d)
 
 
+@pytest.mark.slow
 @FEW
 @given(
     choices=st.lists(

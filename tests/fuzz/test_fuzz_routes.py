@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -79,12 +80,14 @@ TEXT = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.binary(max_size=300))
 def test_random_bytes(content: bytes) -> None:
     _load(content)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(TEXT)
 def test_yaml_shaped_text(text: str) -> None:
@@ -175,6 +178,7 @@ def routes_documents(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 @FUZZ
 @given(routes_documents())
 def test_documents_from_routes_keys(doc: dict[str, Any]) -> None:
@@ -218,6 +222,7 @@ def valid_routes_files(draw: st.DrawFn) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(valid_routes_files())
 def test_check_routes_agrees_with_routing(text: str) -> None:

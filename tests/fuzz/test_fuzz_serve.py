@@ -159,6 +159,7 @@ def spliced(draw: st.DrawFn, doc: dict[str, Any]) -> bytes:
     return raw
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_build_bodies(data: st.DataObject) -> None:
@@ -167,12 +168,14 @@ def test_build_bodies(data: st.DataObject) -> None:
     check_answer(send("POST", "/v1/build", raw))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(raw=spliced(CHECK))
 def test_check_bodies(raw: bytes) -> None:
     check_answer(send("POST", "/v1/check", raw))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(model=st.text(max_size=300) | st.sampled_from([MODEL, "openai/gpt-5", "x/\x00", "a" * 257]))
 def test_plan_queries(model: str) -> None:

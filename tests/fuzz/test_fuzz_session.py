@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -77,6 +78,7 @@ def check_load(text: str) -> None:
         assert session_from_json(dump_session(session)) == session
 
 
+@pytest.mark.slow
 @FUZZ
 @given(doc=mutated(SESSION), indent=st.sampled_from([None, 1]))
 def test_mutated_sessions(doc: Any, indent: int | None) -> None:
@@ -106,6 +108,7 @@ def huge_int_text(draw: st.DrawFn, text: str) -> str:
     return text[:start] + digits + text[end:]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data(), indent=st.sampled_from([None, 1]))
 def test_huge_integers(data: st.DataObject, indent: int | None) -> None:

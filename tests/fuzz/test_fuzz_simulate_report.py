@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ DOC = json.loads(FIXTURE.read_text(encoding="utf-8"))
 _TAG = re.compile(r"<(script|iframe|object|embed|img|link)\b", re.IGNORECASE)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(mutated(DOC, max_mutations=4))
 def test_any_document_renders_escaped_or_is_refused(doc: object) -> None:
@@ -41,6 +43,7 @@ _HOSTILE = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(_HOSTILE, min_size=1, max_size=4))
 def test_hostile_strings_in_names_are_text(names: list[str]) -> None:
@@ -61,6 +64,7 @@ _PIECES = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(st.lists(_PIECES, max_size=6).map("".join), min_size=1, max_size=3))
 def test_any_session_spec_gives_files_or_a_typed_error(specs: list[str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,6 +54,7 @@ def check(body: bytes, kind: Kind) -> None:
     assert isinstance(text, str) and text == text.strip() and 0 < len(text) <= MAX_CHARS
 
 
+@pytest.mark.slow
 @FUZZ
 @given(shaped, KINDS)
 def test_json_shapes(data: Any, kind: Kind) -> None:

@@ -66,6 +66,7 @@ def trees() -> Iterator[tuple[Path, Path]]:
         yield base / "plain", h
 
 
+@pytest.mark.slow
 @FUZZ
 @given(pattern=patterns)
 def test_glob_beneath_agrees_with_glob_without_symlinks(
@@ -82,6 +83,7 @@ def test_glob_beneath_agrees_with_glob_without_symlinks(
     assert {m for m in got if os.path.isfile(m)} == files  # noqa: PTH113
 
 
+@pytest.mark.slow
 @FUZZ
 @given(globs=st.lists(patterns, max_size=3), names=st.lists(_names, max_size=2))
 def test_discovery_over_a_hostile_tree_stays_inside(
@@ -96,6 +98,7 @@ def test_discovery_over_a_hostile_tree_stays_inside(
     assert SECRET not in text
 
 
+@pytest.mark.slow
 @FUZZ
 @given(path=st.lists(_names | st.sampled_from(["..", "out", "up", "a", "/"]), max_size=6))
 def test_on_demand_reads_over_a_hostile_tree_stay_inside(

@@ -24,6 +24,7 @@ LOGS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
 def test_imported_session_validates_against_the_json_schema(log: Path) -> None:
     if not log.exists():

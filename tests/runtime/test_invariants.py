@@ -10,6 +10,7 @@ import json
 import os
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -193,6 +194,7 @@ FAST = settings(
 )
 
 
+@pytest.mark.slow
 @FAST
 @given(sessions())
 def test_tool_calls_and_results_always_pair(s: Session) -> None:
@@ -203,6 +205,7 @@ def test_tool_calls_and_results_always_pair(s: Session) -> None:
         assert len(set(calls)) == len(calls), api
 
 
+@pytest.mark.slow
 @FAST
 @given(sessions())
 def test_identical_input_gives_identical_bytes_and_session_is_untouched(s: Session) -> None:
@@ -214,6 +217,7 @@ def test_identical_input_gives_identical_bytes_and_session_is_untouched(s: Sessi
     assert s.model_dump_json() == before
 
 
+@pytest.mark.slow
 @FAST
 @given(sessions())
 def test_marker_budget_never_exceeded(s: Session) -> None:

@@ -67,6 +67,7 @@ def _session(path: Path) -> Session:
     return read_session(path, run=0)  # run 0 of the OpenHands output, on purpose
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
 @pytest.mark.parametrize("api", list(MODELS))
 def test_real_session_renders_valid_requests(log: Path, api: str) -> None:

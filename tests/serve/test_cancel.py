@@ -69,6 +69,7 @@ def big_body() -> bytes:
     return body.encode()
 
 
+@pytest.mark.slow
 def test_big_bodies_past_the_bound_stop_and_give_their_slots_back(
     policy_dir: Path, live_factory: Any, big_body: bytes
 ) -> None:

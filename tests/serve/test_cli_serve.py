@@ -43,6 +43,7 @@ def test_without_the_serve_extra_serve_exits_2_naming_the_install(tmp_path: Path
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_the_core_package_does_not_import_the_serve_extra() -> None:
     code = (
         "import sys, kilo_rules, kilo_rules.cli, kilo_rules.store\n"
@@ -57,6 +58,7 @@ def test_the_core_package_does_not_import_the_serve_extra() -> None:
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_openapi_option_prints_the_committed_document() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "kilo_rules", "serve", "--openapi"],
@@ -76,6 +78,7 @@ def free_port() -> int:
         return port
 
 
+@pytest.mark.slow
 def test_serve_answers_then_shuts_down_cleanly_on_sigterm(policy_dir: Path, tmp_path: Path) -> None:
     port = free_port()
     work = tmp_path / "work"

@@ -77,6 +77,7 @@ def started(args: list[str], tmp_path: Path, **env: str) -> Iterator[tuple[Any, 
             proc.send_signal(signal.SIGTERM)
 
 
+@pytest.mark.slow
 def test_with_nothing_configured_serve_serves_the_bundled_policies(tmp_path: Path) -> None:
     with started([], tmp_path) as (proc, url, auth):
         ready = httpx.get(f"{url}/readyz", headers=auth)
@@ -98,6 +99,7 @@ def test_with_nothing_configured_serve_serves_the_bundled_policies(tmp_path: Pat
     )
 
 
+@pytest.mark.slow
 def test_a_refused_revision_is_on_stderr_once_per_revision(tmp_path: Path) -> None:
     policies = tmp_path / "policies"
     policies.mkdir()

@@ -166,6 +166,7 @@ def test_the_decision_log_has_one_line_per_build(live: Live, tmp_path: Path) -> 
     assert second["model"] == "x/y" and second["provider"] is None
 
 
+@pytest.mark.slow
 def test_decision_log_lines_are_bounded_and_whole_under_threads(tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.jsonl")
     huge = BuildRecord(

@@ -124,6 +124,7 @@ def test_past_the_connection_limit_requests_are_503(policy_dir: Path, live_facto
     assert refused.status_code == 503
 
 
+@pytest.mark.slow
 def test_a_long_build_is_not_cut_by_the_head_deadline(
     policy_dir: Path, live_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -63,6 +63,7 @@ def rewrite(root: Path, text: str) -> None:
     (root / "main.yaml").write_text(text, encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_a_thousand_swaps_under_load(tmp_path: Path, live_factory: Any) -> None:
     root = tmp_path / "policies"
     root.mkdir()

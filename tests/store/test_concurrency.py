@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from kilo_rules import PolicyStore, ReloadResult, StoreSettings
 from kilo_rules.bundle import directory_revision
 
@@ -18,6 +20,7 @@ REWRITES = 100
 SONNET = "anthropic/claude-sonnet-4-5"
 
 
+@pytest.mark.slow
 def test_steps_during_rewrites_see_only_checked_revisions(tmp_path: Path) -> None:
     root = tmp_path / "policies"
     write_tree(root, "v0", tail=1)
@@ -88,6 +91,7 @@ def test_steps_during_rewrites_see_only_checked_revisions(tmp_path: Path) -> Non
         assert len(list(store.work_dir.iterdir())) == 1
 
 
+@pytest.mark.slow
 def test_steps_while_the_watcher_races_the_writer(tmp_path: Path) -> None:
     root = tmp_path / "policies"
     write_tree(root, "v0")

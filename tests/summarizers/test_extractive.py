@@ -359,6 +359,7 @@ _MESSAGE = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     messages=st.lists(_MESSAGE, max_size=8).map(tuple),

@@ -178,6 +178,7 @@ def test_429_exhausted_is_a_retryable_error(server: ScriptedServer, kind: Kind) 
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_timeout_is_retried_then_fails(server: ScriptedServer, kind: Kind) -> None:
     server.script(Reply(200, ok(kind).body, delay=3.0))
