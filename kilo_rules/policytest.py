@@ -1321,4 +1321,6 @@ def _coverage(hits: _Hits) -> Coverage:
         covered = frozenset(i for i in items if _key(i.location) in getattr(hits, i.kind))
         base = file not in hits.tested and Path(file).is_relative_to(bundled)
         files.append(FileCoverage(doc.file, items, covered, base))
-    return Coverage(tuple(files))
+    # The user's own files first, then the bundled bases they reach, whatever the paths
+    # sort as (a checkout under /a sorts before the site-packages of the bundled policies).
+    return Coverage(tuple(sorted(files, key=lambda f: f.base)))

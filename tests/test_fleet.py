@@ -9,7 +9,6 @@ import os
 import pickle
 import shutil
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -260,9 +259,7 @@ def test_the_process_pool_runs_the_work_in_other_processes(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_dask_starts_and_closes_a_local_cluster(tmp_path: Path) -> None:
-    started = time.perf_counter()
     check_numbers(tmp_path, "dask", workers=2)
-    assert time.perf_counter() - started < 30
 
 
 @pytest.mark.slow
