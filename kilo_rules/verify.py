@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from . import wireapi
 from .cachesim import Block, blocks
 from .catalog import WIRE_BREAKPOINTS, ModelInfo
 from .compile import compile_policy
@@ -211,8 +212,9 @@ def _budget(plan: Plan) -> list[_Finding]:
                 "ask for fewer marks (rolling, system_first, non_system_last)",
             )
         )
-    # Anthropic's automatic caching takes one of the request's breakpoint slots.
-    if m.api == "anthropic" and not c["respect_automatic"] and min(wanted, budget) + 1 > limit:
+    # A provider-placed (automatic) breakpoint takes one of the request's slots.
+    automatic = wireapi.facts(m.api).automatic_marker and not c["respect_automatic"]
+    if automatic and min(wanted, budget) + 1 > limit:
         out.append(
             _Finding(
                 "verify.breakpoint-budget",

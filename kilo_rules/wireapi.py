@@ -50,7 +50,9 @@ class WireFacts:
     the API caches implicitly and takes none); ``explicit_breakpoints`` the budget when
     the policy's ``cache.shapes`` asks for explicit ones (None: no such choice);
     ``marker_shapes`` the values ``cache.shapes`` may give it (empty: not a choice);
-    ``server`` the context edits the provider runs (None: none).
+    ``server`` the context edits the provider runs (None: none); ``automatic_marker``
+    whether a client may ask the provider to place one cache breakpoint itself (Anthropic's
+    automatic caching), which then takes one of the request's slots.
     """
 
     name: str
@@ -58,6 +60,7 @@ class WireFacts:
     explicit_breakpoints: int | None = None
     marker_shapes: tuple[str, ...] = ()
     server: ServerEditFacts | None = None
+    automatic_marker: bool = False
 
 
 #: The facts of the wire APIs kilo-rules ships, in the catalog's order. Anthropic and
@@ -73,6 +76,7 @@ BUILTIN: tuple[WireFacts, ...] = (
         server=ServerEditFacts(
             frozenset({"clear_thinking", "clear_tool_uses", "compaction"}), "messages"
         ),
+        automatic_marker=True,
     ),
     WireFacts("openai", explicit_breakpoints=4, marker_shapes=("explicit", "none")),
     WireFacts(

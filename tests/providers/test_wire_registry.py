@@ -42,3 +42,8 @@ def test_acceptance_marker_budget_is_the_records() -> None:
                 explicit if explicit is not None else spec.facts.marker_budget
             )
     assert registry.spec("anthropic") is anthropic.SPEC
+
+
+def test_only_anthropic_places_a_breakpoint_of_its_own() -> None:
+    # verify counts the automatic breakpoint against the budget of the APIs that have one.
+    assert {f.name for f in wireapi.BUILTIN if f.automatic_marker} == {"anthropic"}
