@@ -276,10 +276,9 @@ _GZIP_MAGIC = b"\x1f\x8b"
 def is_bundle(path: Path) -> bool:
     """Whether the file at ``path`` is a bundle (a gzip stream) rather than YAML."""
     try:
-        with path.open("rb") as fh:
-            return fh.read(2) == _GZIP_MAGIC
-    except OSError:
-        return False  # reported by the load that follows
+        return safefs.read_head(path, 2) == _GZIP_MAGIC
+    except OSError:  # ReadRefused: a FIFO is not opened for reading, the load reports it
+        return False
 
 
 def check_bundle(

@@ -23,7 +23,6 @@ import math
 import multiprocessing
 import os
 import pickle
-import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -308,18 +307,9 @@ def _starts_like_json(path: Path) -> bool:
     """Whether the file's first character (past a BOM and white space) opens a JSON object
     or array; True when that cannot be read, so that the file counts as a broken log."""
     try:
-        # Non-blocking, and only a regular file is read: a FIFO put there since cannot hang us.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        head = safefs.read_head(path, _HEAD_BYTES)
+    except OSError:  # ReadRefused too: a FIFO put there since is not read
         return True
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return True
-        head = os.read(fd, _HEAD_BYTES)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
     text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
     return not text or text[:1] in (b"{", b"[")
 

@@ -193,15 +193,38 @@ def read_regular(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     most ``max_bytes``; a FIFO, device or directory is refused without blocking.
     Raises :class:`ReadRefused` (``missing``, ``not-regular``, ``too-large``, ``unreadable``)."""
     shown = os.fspath(path)
+    return _read_open(_open_named(shown), shown, max_bytes)
+
+
+def _open_named(shown: str) -> int:
+    """A descriptor on ``shown`` opened without blocking (a FIFO opens at once), so that
+    the caller can ``fstat`` it before reading."""
     _check_name(shown)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(shown, flags)
+        return os.open(shown, flags)
     except FileNotFoundError:
         raise ReadRefused("missing", shown, f"{shown}: does not exist") from None
     except OSError as exc:
         raise ReadRefused("unreadable", shown, f"{shown}: {exc.strerror or exc}") from None
-    return _read_open(fd, shown, max_bytes)
+
+
+def read_head(path: str | os.PathLike[str], size: int) -> bytes:
+    """The first ``size`` bytes (or fewer) of the regular file ``path``, to tell what kind
+    of file it is; a FIFO, device or directory is refused without blocking, as by
+    :func:`read_regular`. Raises :class:`ReadRefused`."""
+    shown = os.fspath(path)
+    fd = _open_named(shown)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ReadRefused("not-regular", shown, f"{shown}: not a regular file; not read")
+        return os.read(fd, size)
+    except ReadRefused:
+        raise
+    except OSError as exc:
+        raise ReadRefused("unreadable", shown, f"{shown}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 # -- globs ------------------------------------------------------------------------------

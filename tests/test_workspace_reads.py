@@ -320,6 +320,22 @@ def test_safefs_refuses_names_outside_or_malformed(tmp_path: Path, path: str) ->
         safefs.read_beneath(tmp_path, path, max_bytes=10)
 
 
+def test_the_head_of_a_file_is_read_without_opening_a_fifo_for_reading(tmp_path: Path) -> None:
+    from kilo_rules.check import is_bundle
+
+    (tmp_path / "b.tar.gz").write_bytes(b"\x1f\x8b rest")
+    assert safefs.read_head(tmp_path / "b.tar.gz", 2) == b"\x1f\x8b"
+    assert is_bundle(tmp_path / "b.tar.gz")
+    os.mkfifo(tmp_path / "fifo")  # nobody writes to it: a blocking open would hang here
+    with pytest.raises(safefs.ReadRefused) as info:
+        safefs.read_head(tmp_path / "fifo", 2)
+    assert info.value.reason == "not-regular"
+    assert not is_bundle(tmp_path / "fifo")
+    with pytest.raises(safefs.ReadRefused) as info:
+        safefs.read_head(tmp_path / "gone", 2)
+    assert info.value.reason == "missing"
+
+
 def test_a_refusal_survives_pickling() -> None:
     import pickle
 
