@@ -10,7 +10,6 @@ the bundled catalog. All diagnostics are collected, none stops the others.
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from pathlib import Path
 from . import safefs
 from .catalog import ModelInfo
 from .check_partial import diagnostics_despite_errors
-from .errors import Diagnostic, KiloRulesError
+from .errors import Diagnostic, KiloRulesError, PathAliases
 from .load import Document, load_yaml_file
 
 
@@ -313,23 +312,15 @@ def check_files(
     with tempfile.TemporaryDirectory(prefix="kilo-rules-check-") as tmp:
         root = Path(tmp).resolve()
         for rel, data in files.items():
-            target = root / rel
+            # A name that climbs out (a caller's mapping, not a verified bundle) is refused.
+            target = Path(safefs.resolve_beneath(root, rel))
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         inner = check_paths([str(root)], models=models)
-
-    def shown(text: str) -> str:
-        return text.replace(f"{root}/", shown_as).replace(str(root), shown_as.rstrip("/!"))
-
-    report = CheckReport(
-        files=[shown(f) for f in inner.files],
-        sources={shown(f): t for f, t in inner.sources.items()},
-        usage_errors=[shown(u) for u in inner.usage_errors],
+    names = PathAliases({str(root): shown_as.rstrip("/")})
+    return CheckReport(
+        files=[names.text(f) for f in inner.files],
+        sources={names.text(f): t for f, t in inner.sources.items()},
+        usage_errors=[names.text(u) for u in inner.usage_errors],
+        diagnostics=[names.diagnostic(d) for d in inner.diagnostics],
     )
-    for d in inner.diagnostics:
-        loc = dataclasses.replace(d.location, file=shown(d.location.file))
-        hint = shown(d.hint) if d.hint else d.hint
-        report.diagnostics.append(
-            dataclasses.replace(d, message=shown(d.message), location=loc, hint=hint)
-        )
-    return report

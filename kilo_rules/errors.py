@@ -8,7 +8,10 @@ format. Lines and columns are 1-based, as editors show them.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,3 +266,47 @@ class MultipleRunsWarning(UserWarning):
             f"{file} holds {runs} runs; run {run}{what} was read: pass run=N (0–{runs - 1}) "
             "to pick another"
         )
+
+
+class PathAliases:
+    """Private paths (a temporary copy of a policy tree, a download) and the names people
+    know them by (the directory they edit, ``bundle.tar.gz!``, a URL), applied to what is
+    shown to them: text, locations, diagnostics and errors."""
+
+    def __init__(self, aliases: Mapping[str, str]) -> None:
+        # A private path only where it ends a path component: r000001 is not r0000010.
+        self._patterns = [
+            # The replacement is a template: a backslash in it is escaped to stay one.
+            (re.compile(re.escape(private) + r"(?![\w.-])"), public.replace("\\", "\\\\"))
+            for private, public in sorted(aliases.items(), key=lambda kv: -len(kv[0]))
+        ]
+
+    def text(self, text: str) -> str:
+        """``text`` with every private path replaced by its public name."""
+        for pattern, public in self._patterns:
+            text = pattern.sub(public, text)
+        return text
+
+    def location(self, loc: Location) -> Location:
+        """``loc`` in the file people know."""
+        file = self.text(loc.file)
+        return loc if file == loc.file else dataclasses.replace(loc, file=file)
+
+    def diagnostic(self, d: Diagnostic) -> Diagnostic:
+        """``d`` located, worded and hinted with public names (its details too)."""
+        details = {k: self.text(v) if isinstance(v, str) else v for k, v in d.details.items()}
+        return dataclasses.replace(
+            d,
+            message=self.text(d.message),
+            hint=self.text(d.hint) if d.hint else d.hint,
+            location=self.location(d.location),
+            details=details,
+        )
+
+    def error(self, exc: KiloRulesError) -> KiloRulesError:
+        """A copy of ``exc`` (same type and attributes) whose diagnostics name the source."""
+        diags = [self.diagnostic(d) for d in exc.diagnostics]
+        out = copy.copy(exc)
+        out.diagnostics = sorted(diags, key=Diagnostic.sort_key)
+        out.args = (str(out.diagnostics[0]),)
+        return out

@@ -29,7 +29,6 @@ bundle persisted for a cold start while the server is down (docs/store.md).
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
 import hashlib
@@ -70,6 +69,7 @@ from .errors import (
     Location,
     ModelUnservableError,
     NetworkError,
+    PathAliases,
     StoreError,
 )
 from .lru import LRUCache
@@ -888,40 +888,10 @@ class _RemoteSource(_Source):
         return {str(dest): f"{self.url}!", str(self.download): self.url}
 
 
-class _Aliases:
+class _Aliases(PathAliases):
     """The store's private paths (a revision's directory, a download) and the names people
     know them by (the watched directory, ``bundle.tar.gz!``, the URL), applied to whatever
     the store hands out: diagnostics, a plan's locations, an error raised while applying."""
-
-    def __init__(self, aliases: Mapping[str, str]) -> None:
-        # A private path only where it ends a path component: r000001 is not r0000010.
-        self._patterns = [
-            # The replacement is a template: a backslash in it is escaped to stay one.
-            (re.compile(re.escape(private) + r"(?![\w.-])"), public.replace("\\", "\\\\"))
-            for private, public in sorted(aliases.items(), key=lambda kv: -len(kv[0]))
-        ]
-
-    def text(self, text: str) -> str:
-        """``text`` with every private path replaced by its public name."""
-        for pattern, public in self._patterns:
-            text = pattern.sub(public, text)
-        return text
-
-    def location(self, loc: Location) -> Location:
-        """``loc`` in the file people know."""
-        file = self.text(loc.file)
-        return loc if file == loc.file else dataclasses.replace(loc, file=file)
-
-    def diagnostic(self, d: Diagnostic) -> Diagnostic:
-        """``d`` located, worded and hinted with public names (its details too)."""
-        details = {k: self.text(v) if isinstance(v, str) else v for k, v in d.details.items()}
-        return dataclasses.replace(
-            d,
-            message=self.text(d.message),
-            hint=self.text(d.hint) if d.hint else d.hint,
-            location=self.location(d.location),
-            details=details,
-        )
 
     def plan(self, plan: Plan) -> Plan:
         """``plan`` with every location it reports (its values, prompt, layers, warnings,
@@ -949,14 +919,6 @@ class _Aliases:
             warnings=tuple(self.diagnostic(d) for d in plan.warnings),
             _locate=public_locate,
         )
-
-    def error(self, exc: KiloRulesError) -> KiloRulesError:
-        """A copy of ``exc`` (same type and attributes) whose diagnostics name the source."""
-        diags = [self.diagnostic(d) for d in exc.diagnostics]
-        out = copy.copy(exc)
-        out.diagnostics = sorted(diags, key=Diagnostic.sort_key)
-        out.args = (str(out.diagnostics[0]),)
-        return out
 
 
 def _relabel(diags: Sequence[Diagnostic], aliases: Mapping[str, str]) -> tuple[Diagnostic, ...]:

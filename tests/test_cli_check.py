@@ -243,3 +243,14 @@ def test_tokenizer_encodings_are_checked(in_tmp: Path, capsys: pytest.CaptureFix
     assert (d["location"]["line"], d["location"]["col"]) == (4, 12)
     assert "available: tiktoken:cl100k_base" in d["message"]
     assert d["details"]["available"] == offline_encodings()
+
+
+def test_check_files_names_the_files_as_shown_and_refuses_a_name_that_climbs_out() -> None:
+    from kilo_rules import safefs
+    from kilo_rules.check import check_files
+
+    report = check_files({"p.yaml": b"version: 1\nname: p\nbogus: 1\n"}, "b.tar.gz!/")
+    assert report.files == ["b.tar.gz!/p.yaml"]
+    assert report.errors and all(d.location.file == "b.tar.gz!/p.yaml" for d in report.errors)
+    with pytest.raises(safefs.ReadRefused):
+        check_files({"../p.yaml": b"version: 1\n"}, "b.tar.gz!/")
