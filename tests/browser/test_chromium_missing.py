@@ -15,7 +15,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_a_missing_chromium_fails_the_browser_tests_naming_the_package(tmp_path: Path) -> None:
-    env = {**os.environ, "KILO_RULES_TEST_CHROMIUM": str(tmp_path / "no-chromium")}
+    # A wide terminal keeps pytest's short summary line whole on every machine.
+    env = {
+        **os.environ,
+        "KILO_RULES_TEST_CHROMIUM": str(tmp_path / "no-chromium"),
+        "COLUMNS": "1000",
+    }
     out = subprocess.run(
         [
             sys.executable,
@@ -39,5 +44,7 @@ def test_a_missing_chromium_fails_the_browser_tests_naming_the_package(tmp_path:
         f"{tmp_path / 'no-chromium'}; install Debian's package: apt-get install chromium"
     )
     assert f"browser tests: {message}" in out.stdout  # the header, before any test
-    assert out.stdout.count(message) == 2  # the header, and the one test's setup
+    # the header, the one test's setup, and its line in the short summary
+    assert out.stdout.count(message) == 3
+    assert "ERROR tests/browser/test_report_chromium.py::" in out.stdout
     assert "playwright" not in out.stdout.lower()  # no launch was tried
