@@ -30,7 +30,8 @@ T = TypeVar("T")
 
 class Slots:
     """At most ``capacity`` functions running on worker threads; ``on_change(running)`` is
-    told of each change (a gauge), from whichever thread made it."""
+    told of each change (a gauge), from whichever thread made it, in the order the changes
+    were made."""
 
     def __init__(self, capacity: int, on_change: Callable[[int], None] | None = None) -> None:
         if capacity < 1:
@@ -93,7 +94,7 @@ class Slots:
                 with self._lock:
                     if self._running < self.capacity:
                         self._running += 1
-                        running = self._running
+                        self._changed()
                         break
                     if event is None and len(self._waiters) >= self.capacity:
                         return False
@@ -103,7 +104,6 @@ class Slots:
         except BaseException:
             self._leave(event)
             raise
-        self._changed(running)
         return True
 
     def _leave(self, event: anyio.Event | None) -> None:
@@ -121,8 +121,7 @@ class Slots:
     def _release(self, *, in_loop: bool) -> None:
         with self._lock:
             self._running -= 1
-            running = self._running
-        self._changed(running)
+            self._changed()
         self._wake_next(in_loop=in_loop)
 
     def _wake_next(self, *, in_loop: bool) -> None:
@@ -139,6 +138,8 @@ class Slots:
         with contextlib.suppress(RuntimeError):
             anyio.from_thread.run_sync(event.set, token=loop)
 
-    def _changed(self, running: int) -> None:
+    def _changed(self) -> None:
+        # Called with the lock held: told outside it, a count made earlier could reach
+        # the gauge after a later one and leave it showing builds that have ended.
         if self._on_change is not None:
-            self._on_change(running)
+            self._on_change(self._running)

@@ -201,3 +201,33 @@ def test_the_token_follows_the_work_into_a_worker_thread() -> None:
             return await anyio.to_thread.run_sync(cancel.current)
 
     assert anyio.run(main) is token
+
+
+def test_the_gauge_ends_at_the_count_of_builds_still_running() -> None:
+    # Releases on many threads at once: each tells the gauge what it counted, and a slow
+    # gauge must not let an older count land after a newer one (the gauge stayed at 1
+    # with nothing running).
+    import random
+
+    import anyio
+
+    from kilo_rules.serve.slots import Slots
+
+    told: list[int] = []
+
+    def gauge(running: int) -> None:
+        time.sleep(random.random() / 500)
+        told.append(running)
+
+    slots = Slots(8, gauge)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(slots.run, lambda: time.sleep(0.01), cancel.CancelToken(), 10.0)
+
+    for _ in range(20):
+        told.clear()
+        anyio.run(main)
+        assert slots.running == 0
+        assert told[-1] == 0, told
