@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .version import __version__
+
 if TYPE_CHECKING:
     from .bundle import build_bundle, verify_bundle
     from .catalog import Catalog, ModelInfo, bundled_catalog, model_from_data
@@ -162,30 +164,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted({*globals(), *_MODULE_OF})
 
-
-def _version() -> str:
-    """The installed distribution's version; from a source tree that was never installed,
-    the version its ``pyproject.toml`` declares."""
-    # Imported here, not above, so that the package namespace holds the public API only.
-    import tomllib
-    from importlib.metadata import PackageNotFoundError, version
-    from pathlib import Path
-
-    try:
-        return version("kilo-rules")
-    except PackageNotFoundError:
-        pass
-    try:
-        with (Path(__file__).parent.parent / "pyproject.toml").open("rb") as f:
-            project = tomllib.load(f)["project"]
-        if project["name"] == "kilo-rules":  # not the pyproject of a project vendoring us
-            return str(project["version"])
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
-        pass
-    return "0+unknown"
-
-
-__version__ = _version()
 
 __all__ = [
     "Agent",

@@ -7,7 +7,6 @@ files and a test fails when a committed schema drifts from its model.
 from __future__ import annotations
 
 import json
-from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -119,12 +118,3 @@ def generated_schemas() -> dict[str, dict[str, Any]]:
 def render(schema: dict[str, Any]) -> str:
     """Serialise a schema the way it is committed (stable, diff-friendly)."""
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
-
-
-@cache
-def load_schema(name: str) -> dict[str, Any]:
-    """A bundled schema by file name (e.g. ``policy.v1.json``)."""
-    from .load import schema_root
-
-    data: dict[str, Any] = json.loads((schema_root() / name).read_text(encoding="utf-8"))
-    return data

@@ -39,7 +39,6 @@ from .catalog import ModelInfo, bundled_catalog
 from .compile import compile_policy
 from .errors import Diagnostic, KiloRulesError, Location, PolicyError
 from .importers import read_session_bytes
-from .jsonschemas import load_schema
 from .load import DEFAULT_LIMITS, Document, JsonPath, load_yaml_file
 from .plan import Plan
 from .policy import expression_fields
@@ -53,7 +52,7 @@ from .runtime.context import Agent, Skill, StepInput, Workspace
 from .runtime.facade import Runtime
 from .session import MAX_BYTES as SESSION_MAX_BYTES
 from .session import Session, session_from_data
-from .validate import diagnose_all, dotted, schema_diagnostics
+from .validate import diagnose_all, dotted, load_schema, schema_diagnostics
 
 __all__ = [
     "DEFAULT_HOME",

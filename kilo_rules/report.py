@@ -12,7 +12,6 @@ default base that SARIF paths are made relative to.
 
 from __future__ import annotations
 
-import importlib
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
@@ -22,6 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .errors import Diagnostic, render_github, render_json, render_text
+from .version import __version__
 
 __all__ = [
     "FORMATS",
@@ -185,9 +185,7 @@ def to_sarif(
     ``uriBaseId`` ``%SRCROOT%``, as code scanning expects paths relative to the repository;
     others get absolute ``file:`` URIs. A hint is appended to the message text and kept in
     the result's ``properties``."""
-    # Looked up when called: the package's __init__ sits above every layer, this module
-    # near the bottom, so a static import would point up.
-    version = str(getattr(importlib.import_module("kilo_rules"), "__version__", "0+unknown"))
+    version = __version__
 
     root = (base or Path.cwd()).resolve()
     given = dict(rules or {})

@@ -48,12 +48,11 @@ from .fleet import (
     run_corpus,
 )
 from .htmlreport import render_tune_html
-from .jsonschemas import load_schema
 from .load import Document, JsonPath, load_yaml_file, lookup, parse_yaml
 from .resolve import bundled_policy_names, is_path_ref, resolve_policy, unknown_bundled
 from .sandbox import allow_read, operator_roots
 from .tune_format import KNOB_PATH_PATTERN, Constraints, KnobRange, KnobValue, Search, TuneFile
-from .validate import diagnose_all, dotted, schema_diagnostics
+from .validate import diagnose_all, dotted, load_schema, schema_diagnostics
 
 __all__ = [
     "Candidate",

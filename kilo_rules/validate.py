@@ -8,6 +8,7 @@ and sorted by position so the output does not depend on the order keys were writ
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from functools import cache
 from typing import Any
@@ -17,8 +18,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from .errors import Diagnostic, did_you_mean
-from .jsonschemas import load_schema
-from .load import Document, JsonPath
+from .load import Document, JsonPath, schema_root
 
 _TYPE_NAMES = {
     "integer": "an integer",
@@ -56,6 +56,13 @@ def dotted(path: Iterable[str | int]) -> str:
     for p in path:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
     return out or "(document)"
+
+
+@cache
+def load_schema(name: str) -> dict[str, Any]:
+    """A bundled schema by file name (e.g. ``policy.v1.json``)."""
+    data: dict[str, Any] = json.loads((schema_root() / name).read_text(encoding="utf-8"))
+    return data
 
 
 @cache

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import kilo_rules
 from kilo_rules.cli import EXIT_OK, main
+from kilo_rules.version import _version
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,4 +29,4 @@ def test_a_source_tree_never_installed_reads_its_version_from_pyproject(
     monkeypatch.setattr(importlib.metadata, "version", not_installed)
     with (ROOT / "pyproject.toml").open("rb") as f:
         declared = tomllib.load(f)["project"]["version"]
-    assert kilo_rules._version() == declared
+    assert _version() == declared

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from kilo_rules.check import check_paths
 from kilo_rules.errors import Diagnostic, KiloRulesError
-from kilo_rules.jsonschemas import load_schema
 from kilo_rules.load import parse_yaml
+from kilo_rules.validate import load_schema
 from tests.fuzz.budget import FUZZ
 
 
