@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kilo_rules.check import check_paths
-from kilo_rules.load import load_yaml_file
+from kilo_rules.engine.formats.load import load_yaml_file
+from kilo_rules.tools.checking.check import check_paths
 
 TARGET_SECONDS = 2.0
 

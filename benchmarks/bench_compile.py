@@ -23,8 +23,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from kilo_rules.compile import Compiler
-from kilo_rules.resolve import ResolveCaches, resolve_policy
+from kilo_rules.engine.compiler.compile import Compiler
+from kilo_rules.engine.frontend.resolve import ResolveCaches, resolve_policy
 
 MODEL = "anthropic/claude-sonnet-4-5"
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kilo_rules.expr import (
+from kilo_rules.engine.frontend.expr import (
     BOOL,
     INT,
     NUMBER,

@@ -37,19 +37,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kilo_rules import compile as compile_module
-from kilo_rules.catalog import model_from_data
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import read_session
-from kilo_rules.plan import Plan
-from kilo_rules.request import Text
-from kilo_rules.runtime.apply import apply_plan, run
-from kilo_rules.runtime.context import StepInput
-from kilo_rules.runtime.facade import Runtime
-from kilo_rules.session import ReasoningPart, Session, TextPart, ToolPart, session_from_json
-from kilo_rules.simulate import without_recorded_compactions
-from kilo_rules.summarizers import ExtractiveSummarizer
-from kilo_rules.tokens import TiktokenCounter
+from kilo_rules.engine.compiler import compile as compile_module
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.compiler.plan import Plan
+from kilo_rules.engine.formats.catalog import model_from_data
+from kilo_rules.engine.formats.request import Text
+from kilo_rules.engine.formats.session import (
+    ReasoningPart,
+    Session,
+    TextPart,
+    ToolPart,
+    session_from_json,
+)
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.runtime.apply import apply_plan, run
+from kilo_rules.engine.runtime.context import StepInput
+from kilo_rules.engine.runtime.facade import Runtime
+from kilo_rules.engine.summarizers import ExtractiveSummarizer
+from kilo_rules.engine.text.tokens import TiktokenCounter
+from kilo_rules.tools.simulation.simulate import without_recorded_compactions
 
 ROOT = Path(__file__).resolve().parent.parent
 LARGEST = ROOT.parent / "shared/data/trajectories/claude-code-opus46-spotter-8463c716.jsonl"

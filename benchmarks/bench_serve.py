@@ -34,13 +34,13 @@ import httpx
 # The same session and model as the runtime benchmark, so the two read side by side.
 from bench_runtime import FALLBACK, LARGEST, MODEL
 
-from kilo_rules.catalog import model_from_data
-from kilo_rules.importers import read_session
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput, Workspace
-from kilo_rules.session import session_from_data
-from kilo_rules.simulate import without_recorded_compactions
-from kilo_rules.store import PolicyStore
+from kilo_rules.engine.formats.catalog import model_from_data
+from kilo_rules.engine.formats.session import session_from_data
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput, Workspace
+from kilo_rules.tools.serving.store import PolicyStore
+from kilo_rules.tools.simulation.simulate import without_recorded_compactions
 
 ROUTES = "version: 1\nroutes: []\ndefault: kilo-default\n"
 

@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kilo_rules.catalog import bundled_catalog
-from kilo_rules.fleet import run_corpus
-from kilo_rules.simulate import SessionJob
+from kilo_rules.engine.formats.catalog import bundled_catalog
+from kilo_rules.tools.simulation.fleet import run_corpus
+from kilo_rules.tools.simulation.simulate import SessionJob
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"

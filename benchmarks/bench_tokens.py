@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from kilo_rules.tokens import CountCache, EstimateCounter, TiktokenCounter, TokenCounter
+from kilo_rules.engine.text.tokens import CountCache, EstimateCounter, TiktokenCounter, TokenCounter
 
 
 def _session(parts: int = 400) -> list[str]:

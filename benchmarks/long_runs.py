@@ -4,8 +4,8 @@ Run on demand::
 
     .venv/bin/python benchmarks/long_runs.py [--markdown]
 
-Each recorded session is replayed request by request (``kilo_rules.simulate``, the offline
-extractive summarizer, the chars/4 estimate) on a catalog model whose window is cut to 32k
+Each recorded session is replayed request by request (``kilo_rules.tools.simulation.simulate``, the
+offline extractive summarizer, the chars/4 estimate) on a catalog model whose window is cut to 32k
 or 100k tokens, under both policies. The table gives the requests each replay built (of
 those the session made), the compactions, the input tokens sent, the largest request
 against the window, whether the task statement (the first user message) is in every
@@ -19,14 +19,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kilo_rules.catalog import ModelInfo, bundled_catalog
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import read_session
-from kilo_rules.runtime.facade import Runtime
-from kilo_rules.runtime.mutations import missing
-from kilo_rules.session import Session, TextPart
-from kilo_rules.simulate import SimulationReport, simulate, without_recorded_compactions
-from kilo_rules.summarizers import ExtractiveSummarizer
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.catalog import ModelInfo, bundled_catalog
+from kilo_rules.engine.formats.session import Session, TextPart
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.runtime.facade import Runtime
+from kilo_rules.engine.runtime.mutations import missing
+from kilo_rules.engine.summarizers import ExtractiveSummarizer
+from kilo_rules.tools.simulation.simulate import (
+    SimulationReport,
+    simulate,
+    without_recorded_compactions,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAJECTORIES = ROOT.parent / "shared/data/trajectories"

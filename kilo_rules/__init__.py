@@ -21,14 +21,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .version import __version__
+from kilo_rules.engine.base.version import __version__
 
 if TYPE_CHECKING:
-    from .bundle import build_bundle, verify_bundle
-    from .catalog import Catalog, ModelInfo, bundled_catalog, model_from_data
-    from .check import CheckReport, check_paths
-    from .compile import Compiler, compile_policy
-    from .errors import (
+    from kilo_rules.engine.base.errors import (
         BundleError,
         CatalogError,
         ContextOverflowError,
@@ -44,41 +40,59 @@ if TYPE_CHECKING:
         SessionError,
         StoreError,
     )
-    from .importers import detect_format, read_session
-    from .net import NetworkSettings, use_network
-    from .plan import Plan
-    from .plugins import (
+    from kilo_rules.engine.base.net import NetworkSettings, use_network
+    from kilo_rules.engine.base.plugins import (
         SystemTransformContext,
         register_system_transform,
         unregister_system_transform,
     )
-    from .policy import PolicyBody
-    from .providers.acceptance import BodyContext, Violation, check_body
-    from .resolve import ResolvedPolicy, bundled_policy_names, resolve_policy
-    from .routes import Routes, load_routes
-    from .runtime.apply import Decision, StepResult, apply_plan
-    from .runtime.compaction import CompactionResult, compact
-    from .runtime.context import Agent, Skill, StepInput, Workspace
-    from .runtime.facade import Runtime
-    from .runtime.mutations import MutationError, apply_mutations
-    from .runtime.prune import PruneResult, prune_session
-    from .sandbox import allow_read
-    from .session import Message, Session, dump_session
-    from .simulate import SimulationReport, simulate
-    from .store import PolicyStore, ReloadResult, StoreSettings
-    from .summarize import Summarizer, SummarizerError, SummaryRequest
-    from .summarizers import ExtractiveSummarizer, HttpSummarizer
-    from .truncate import cleanup_spill_dir, truncate_output
+    from kilo_rules.engine.base.sandbox import allow_read
+    from kilo_rules.engine.compiler.compile import Compiler, compile_policy
+    from kilo_rules.engine.compiler.plan import Plan
+    from kilo_rules.engine.formats.bundle import build_bundle, verify_bundle
+    from kilo_rules.engine.formats.catalog import (
+        Catalog,
+        ModelInfo,
+        bundled_catalog,
+        model_from_data,
+    )
+    from kilo_rules.engine.formats.policy import PolicyBody
+    from kilo_rules.engine.formats.session import Message, Session, dump_session
+    from kilo_rules.engine.frontend.resolve import (
+        ResolvedPolicy,
+        bundled_policy_names,
+        resolve_policy,
+    )
+    from kilo_rules.engine.frontend.routes import Routes, load_routes
+    from kilo_rules.engine.importers import detect_format, read_session
+    from kilo_rules.engine.providers.acceptance import BodyContext, Violation, check_body
+    from kilo_rules.engine.runtime.apply import Decision, StepResult, apply_plan
+    from kilo_rules.engine.runtime.compaction import CompactionResult, compact
+    from kilo_rules.engine.runtime.context import Agent, Skill, StepInput, Workspace
+    from kilo_rules.engine.runtime.facade import Runtime
+    from kilo_rules.engine.runtime.mutations import MutationError, apply_mutations
+    from kilo_rules.engine.runtime.prune import PruneResult, prune_session
+    from kilo_rules.engine.summarizers import ExtractiveSummarizer, HttpSummarizer
+    from kilo_rules.engine.summarizers.protocol import Summarizer, SummarizerError, SummaryRequest
+    from kilo_rules.engine.text.truncate import cleanup_spill_dir, truncate_output
+    from kilo_rules.tools.checking.check import CheckReport, check_paths
+    from kilo_rules.tools.serving.store import PolicyStore, ReloadResult, StoreSettings
+    from kilo_rules.tools.simulation.simulate import SimulationReport, simulate
 
 #: Where each public name lives. The package imports a module only when one of its names
 #: is first used, so that ``kilo-rules check`` does not pay for the runtime, the sidecar
 #: and the HTTP client it never touches. (The block above tells type checkers the same.)
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    ".bundle": ("build_bundle", "verify_bundle"),
-    ".catalog": ("Catalog", "ModelInfo", "bundled_catalog", "model_from_data"),
-    ".check": ("CheckReport", "check_paths"),
-    ".compile": ("Compiler", "compile_policy"),
-    ".errors": (
+    "kilo_rules.engine.formats.bundle": ("build_bundle", "verify_bundle"),
+    "kilo_rules.engine.formats.catalog": (
+        "Catalog",
+        "ModelInfo",
+        "bundled_catalog",
+        "model_from_data",
+    ),
+    "kilo_rules.tools.checking.check": ("CheckReport", "check_paths"),
+    "kilo_rules.engine.compiler.compile": ("Compiler", "compile_policy"),
+    "kilo_rules.engine.base.errors": (
         "BundleError",
         "CatalogError",
         "ContextOverflowError",
@@ -94,47 +108,59 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "SessionError",
         "StoreError",
     ),
-    ".importers": ("detect_format", "read_session"),
-    ".net": ("NetworkSettings", "use_network"),
-    ".plan": ("Plan",),
-    ".plugins": (
+    "kilo_rules.engine.importers": ("detect_format", "read_session"),
+    "kilo_rules.engine.base.net": ("NetworkSettings", "use_network"),
+    "kilo_rules.engine.compiler.plan": ("Plan",),
+    "kilo_rules.engine.base.plugins": (
         "SystemTransformContext",
         "register_system_transform",
         "unregister_system_transform",
     ),
-    ".policy": ("PolicyBody",),
-    ".providers.acceptance": ("BodyContext", "Violation", "check_body"),
-    ".resolve": ("ResolvedPolicy", "bundled_policy_names", "resolve_policy"),
-    ".routes": ("Routes", "load_routes"),
-    ".runtime.apply": ("Decision", "StepResult", "apply_plan"),
-    ".runtime.compaction": ("CompactionResult", "compact"),
-    ".runtime.context": ("Agent", "Skill", "StepInput", "Workspace"),
-    ".runtime.facade": ("Runtime",),
-    ".runtime.mutations": ("MutationError", "apply_mutations"),
-    ".runtime.prune": ("PruneResult", "prune_session"),
-    ".sandbox": ("allow_read",),
-    ".session": ("Message", "Session", "dump_session"),
-    ".simulate": ("SimulationReport", "simulate"),
-    ".store": ("PolicyStore", "ReloadResult", "StoreSettings"),
-    ".summarize": ("Summarizer", "SummarizerError", "SummaryRequest"),
-    ".summarizers": ("ExtractiveSummarizer", "HttpSummarizer"),
-    ".truncate": ("cleanup_spill_dir", "truncate_output"),
+    "kilo_rules.engine.formats.policy": ("PolicyBody",),
+    "kilo_rules.engine.providers.acceptance": ("BodyContext", "Violation", "check_body"),
+    "kilo_rules.engine.frontend.resolve": (
+        "ResolvedPolicy",
+        "bundled_policy_names",
+        "resolve_policy",
+    ),
+    "kilo_rules.engine.frontend.routes": ("Routes", "load_routes"),
+    "kilo_rules.engine.runtime.apply": ("Decision", "StepResult", "apply_plan"),
+    "kilo_rules.engine.runtime.compaction": ("CompactionResult", "compact"),
+    "kilo_rules.engine.runtime.context": ("Agent", "Skill", "StepInput", "Workspace"),
+    "kilo_rules.engine.runtime.facade": ("Runtime",),
+    "kilo_rules.engine.runtime.mutations": ("MutationError", "apply_mutations"),
+    "kilo_rules.engine.runtime.prune": ("PruneResult", "prune_session"),
+    "kilo_rules.engine.base.sandbox": ("allow_read",),
+    "kilo_rules.engine.formats.session": ("Message", "Session", "dump_session"),
+    "kilo_rules.tools.simulation.simulate": ("SimulationReport", "simulate"),
+    "kilo_rules.tools.serving.store": ("PolicyStore", "ReloadResult", "StoreSettings"),
+    "kilo_rules.engine.summarizers.protocol": ("Summarizer", "SummarizerError", "SummaryRequest"),
+    "kilo_rules.engine.summarizers": ("ExtractiveSummarizer", "HttpSummarizer"),
+    "kilo_rules.engine.text.truncate": ("cleanup_spill_dir", "truncate_output"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 #: Names that still work but have a replacement: name → (module, attribute, what to use).
 #: They are left out of ``__all__`` and warn on every use, so that each caller hears of it.
 _DEPRECATED: dict[str, tuple[str, str, str]] = {
-    "TurnResult": (".runtime.apply", "StepResult", "kilo_rules.StepResult"),
-    "import_file": (".importers", "import_file", "kilo_rules.read_session(path, fmt=...)"),
-    "load_session": (".session", "load_session", "kilo_rules.read_session(path)"),
+    "TurnResult": ("kilo_rules.engine.runtime.apply", "StepResult", "kilo_rules.StepResult"),
+    "import_file": (
+        "kilo_rules.engine.importers",
+        "import_file",
+        "kilo_rules.read_session(path, fmt=...)",
+    ),
+    "load_session": (
+        "kilo_rules.engine.formats.session",
+        "load_session",
+        "kilo_rules.read_session(path)",
+    ),
     "session_from_data": (
-        ".session",
+        "kilo_rules.engine.formats.session",
         "session_from_data",
         "kilo_rules.read_session(data=..., name=...)",
     ),
     "session_from_json": (
-        ".session",
+        "kilo_rules.engine.formats.session",
         "session_from_json",
         "kilo_rules.read_session(text=..., name=...)",
     ),
@@ -152,11 +178,11 @@ def __getattr__(name: str) -> Any:
         warnings.warn(
             f"kilo_rules.{name} is deprecated: use {use}", DeprecationWarning, stacklevel=2
         )
-        return getattr(import_module(home, __name__), attr)
+        return getattr(import_module(home), attr)
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
+    value = getattr(import_module(module), name)
     globals()[name] = value
     return value
 

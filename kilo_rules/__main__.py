@@ -1,5 +1,5 @@
 """python -m kilo_rules"""
 
-from .cli import main
+from kilo_rules.tools.cli import main
 
 raise SystemExit(main())

@@ -33,7 +33,7 @@ def _engine_bodies_are_acceptable(
 ) -> None:
     """Every body the engine builds in any test keeps the providers' acceptance rules.
 
-    The runtime's render stage looks ``kilo_rules.providers.render`` up when it runs, so
+    The runtime's render stage looks ``kilo_rules.engine.providers.render`` up when it runs, so
     wrapping it here checks each body a step renders with ``check_body`` (for the model it
     was built for); tests that call a renderer directly, with hand-made requests, hold the
     unwrapped function. A test that builds a refused body on purpose says so with
@@ -42,8 +42,8 @@ def _engine_bodies_are_acceptable(
     compacts."""
     if request.node.get_closest_marker("unchecked_bodies"):
         return
-    import kilo_rules.providers as providers
-    from kilo_rules.providers.acceptance import BodyContext, check_body
+    import kilo_rules.engine.providers as providers
+    from kilo_rules.engine.providers.acceptance import BodyContext, check_body
 
     render = providers.render
 

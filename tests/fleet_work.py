@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from kilo_rules.plan import Plan
+from kilo_rules.engine.compiler.plan import Plan
 
 MODEL = "anthropic/claude-sonnet-4-5"
 POLICIES = ("kilo-default", "cache-max")
@@ -28,15 +28,15 @@ def process_id(path: Path) -> int:
 @cache
 def _plans() -> tuple[Plan, ...]:
     # Once per worker process: every session of the corpus replays under the same plans.
-    from kilo_rules.compile import compile_policy
+    from kilo_rules.engine.compiler.compile import compile_policy
 
     return tuple(compile_policy(p, MODEL) for p in POLICIES)
 
 
 def simulate_session(path: Path) -> dict[str, Any]:
     """The simulation document of one session under POLICIES on MODEL, without steps."""
-    from kilo_rules.importers import read_session
-    from kilo_rules.simulate import simulate
+    from kilo_rules.engine.importers import read_session
+    from kilo_rules.tools.simulation.simulate import simulate
 
     plans = _plans()
     reports = simulate(read_session(path), plans)
@@ -52,7 +52,7 @@ def simulate_session(path: Path) -> dict[str, Any]:
 def parse_number(path: Path) -> int:
     """The integer the file holds; anything else is a located SessionError, a file that
     cannot be read an OSError."""
-    from kilo_rules.errors import Diagnostic, Location, SessionError
+    from kilo_rules.engine.base.errors import Diagnostic, Location, SessionError
 
     text = path.read_text(encoding="utf-8")
     if not text.strip().isdigit():

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-import kilo_rules.bundle as bundle_mod
-from kilo_rules.bundle import (
+import kilo_rules.engine.formats.bundle as bundle_mod
+from kilo_rules.engine.formats.bundle import (
     EXTRA_HINT,
     MANIFEST,
     MAX_MEMBERS,
@@ -37,7 +37,7 @@ from kilo_rules.bundle import (
     sign_bundle,
     verify_bundle,
 )
-from kilo_rules.cli import EXIT_DIAGNOSTICS, EXIT_OK, EXIT_USAGE, main
+from kilo_rules.tools.cli import EXIT_DIAGNOSTICS, EXIT_OK, EXIT_USAGE, main
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = "version: 1\nname: p\nextends: kilo-default\n"
@@ -424,7 +424,7 @@ def test_without_cryptography_signing_names_the_extra(
 def test_the_package_imports_without_cryptography() -> None:
     code = (
         "import sys; sys.modules['cryptography'] = None\n"
-        "import kilo_rules, kilo_rules.bundle, kilo_rules.cli\n"
+        "import kilo_rules, kilo_rules.engine.formats.bundle, kilo_rules.tools.cli\n"
         "print(kilo_rules.build_bundle.__name__)\n"
     )
     done = subprocess.run(

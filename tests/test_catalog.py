@@ -7,9 +7,15 @@ from collections import Counter
 
 import pytest
 
-from kilo_rules.catalog import PROVIDERS, Catalog, ModelInfo, bundled_catalog, model_from_data
-from kilo_rules.errors import CatalogError
-from kilo_rules.tokens import counter_for
+from kilo_rules.engine.base.errors import CatalogError
+from kilo_rules.engine.formats.catalog import (
+    PROVIDERS,
+    Catalog,
+    ModelInfo,
+    bundled_catalog,
+    model_from_data,
+)
+from kilo_rules.engine.text.tokens import counter_for
 
 REQUIRED_PROVIDERS = {
     "anthropic",

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kilo_rules.cli import build_parser, main
-from kilo_rules.report import FORMATS
+from kilo_rules.tools.checking.report import FORMATS
+from kilo_rules.tools.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "policies.yml"

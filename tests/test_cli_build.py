@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import EXIT_OVER_WINDOW, main
+from kilo_rules.tools.cli import EXIT_OVER_WINDOW, main
 
 ROOT = Path(__file__).resolve().parent.parent
 SESSION = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"
@@ -131,7 +131,7 @@ def test_environment_settings_become_config(
 
 
 def test_kilo_config_keys_reach_kilo_default() -> None:
-    from kilo_rules.compile import compile_policy
+    from kilo_rules.engine.compiler.compile import compile_policy
 
     plan = compile_policy(
         "kilo-default",
@@ -163,7 +163,7 @@ def _small_model(tmp_path: Path) -> str:
 
 def _where(policy: str, setting: str) -> str:
     """Where ``setting`` is written, as build shows it (relative to the working directory)."""
-    from kilo_rules.compile import compile_policy
+    from kilo_rules.engine.compiler.compile import compile_policy
 
     return str(compile_policy(policy, "anthropic/claude-sonnet-4-5").locate(setting).relative())
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import main
+from kilo_rules.tools.cli import main
 
 BAD = "version: 1\nname: p\ncompaction:\n  tail_turn: 3\n"
 GOOD = "version: 1\nname: good\nextends: kilo-default\nprune:\n  reasons:\n    normal: true\n"
@@ -147,7 +147,7 @@ def test_provider_typo_in_an_expression_is_a_located_warning(
 
 
 def test_diagnostics_do_not_depend_on_key_order(in_tmp: Path) -> None:
-    from kilo_rules.check import check_paths
+    from kilo_rules.tools.checking.check import check_paths
 
     a = (
         "version: 1\nname: p\nprune:\n  protect_turns: x\n  protect_tokn: 3\n"
@@ -228,7 +228,7 @@ def test_expressions_use_the_base_names_when_the_file_fails_the_schema(
 
 
 def test_tokenizer_encodings_are_checked(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kilo_rules.checks import offline_encodings
+    from kilo_rules.engine.frontend.checks import offline_encodings
 
     assert "cl100k_base" in offline_encodings()
     # tiktoken's own plugin downloads its files: its names are not offered.
@@ -246,8 +246,8 @@ def test_tokenizer_encodings_are_checked(in_tmp: Path, capsys: pytest.CaptureFix
 
 
 def test_check_files_names_the_files_as_shown_and_refuses_a_name_that_climbs_out() -> None:
-    from kilo_rules import safefs
-    from kilo_rules.check import check_files
+    from kilo_rules.engine.base import safefs
+    from kilo_rules.tools.checking.check import check_files
 
     report = check_files({"p.yaml": b"version: 1\nname: p\nbogus: 1\n"}, "b.tar.gz!/")
     assert report.files == ["b.tar.gz!/p.yaml"]

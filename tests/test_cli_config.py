@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from kilo_rules.cli import EXIT_USAGE, main
-from kilo_rules.compile import CONFIG_NAMES, compile_policy
-from kilo_rules.errors import PolicyError
-from kilo_rules.settings import CONFIG_FIELDS, Settings, check_config, parse_config
+from kilo_rules.engine.base.errors import PolicyError
+from kilo_rules.engine.base.settings import CONFIG_FIELDS, Settings, check_config, parse_config
+from kilo_rules.engine.compiler.compile import CONFIG_NAMES, compile_policy
+from kilo_rules.tools.cli import EXIT_USAGE, main
 
 MODEL = "anthropic/claude-sonnet-4-5"
 PLAN_JSON = ["plan", "--model", MODEL, "--format", "json"]

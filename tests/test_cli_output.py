@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import EXIT_CODES, EXIT_OK, EXIT_USAGE, main
-from kilo_rules.cli._table import ELLIPSIS, FULL_HINT, render_table, shorten
-from kilo_rules.errors import Location
+from kilo_rules.engine.base.errors import Location
+from kilo_rules.tools.cli import EXIT_CODES, EXIT_OK, EXIT_USAGE, main
+from kilo_rules.tools.cli._table import ELLIPSIS, FULL_HINT, render_table, shorten
 
 ROOT = Path(__file__).resolve().parent.parent
 SESSION = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"

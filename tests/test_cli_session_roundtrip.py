@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.cli import main
-from kilo_rules.importers import FORMATS, detect_format
+from kilo_rules.engine.importers import FORMATS, detect_format
+from kilo_rules.tools.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "sessions"
@@ -274,7 +274,7 @@ def test_import_refuses_a_session_v1_file(
     ],
 )
 def test_session_v1_is_told_by_its_parsed_keys(doc: Any, is_session: bool) -> None:
-    from kilo_rules.session import is_session_v1
+    from kilo_rules.engine.formats.session import is_session_v1
 
     assert is_session_v1(doc) is is_session
 

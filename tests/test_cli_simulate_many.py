@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import main
+from kilo_rules.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"

@@ -10,10 +10,15 @@ from pathlib import Path
 import pytest
 
 from kilo_rules import PolicyStore
-from kilo_rules.compile import Compiler, clear_cache, compile_policy, default_compiler
-from kilo_rules.load import resource_root
-from kilo_rules.lru import CacheStats
-from kilo_rules.resolve import DEFAULT_RESOLVE_CACHES, resolve_policy
+from kilo_rules.engine.base.lru import CacheStats
+from kilo_rules.engine.compiler.compile import (
+    Compiler,
+    clear_cache,
+    compile_policy,
+    default_compiler,
+)
+from kilo_rules.engine.formats.load import resource_root
+from kilo_rules.engine.frontend.resolve import DEFAULT_RESOLVE_CACHES, resolve_policy
 
 SONNET = "anthropic/claude-sonnet-4-5"
 MODELS = (SONNET, "openai/gpt-5", "google/gemini-2.5-pro")

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from kilo_rules import fleet
-from kilo_rules.cli import main
-from kilo_rules.errors import Location
-from kilo_rules.importers import read_session
+from kilo_rules.engine.base.errors import Location
+from kilo_rules.engine.importers import read_session
+from kilo_rules.tools.cli import main
+from kilo_rules.tools.simulation import fleet
 
 from .conftest import ROOT, SHARED
 

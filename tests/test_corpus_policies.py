@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kilo_rules.check import check_paths
-from kilo_rules.errors import Diagnostic
+from kilo_rules.engine.base.errors import Diagnostic
+from kilo_rules.tools.checking.check import check_paths
 
 CORPUS = Path(__file__).parent / "corpus" / "broken_policies.yaml"
 CASES: list[dict[str, Any]] = yaml.safe_load(CORPUS.read_text(encoding="utf-8"))["cases"]

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import main
-from kilo_rules.compile import compile_policy
-from kilo_rules.diff import diff_policies, diff_session, elide, request_diff
-from kilo_rules.importers import read_session
-from kilo_rules.runtime.facade import Runtime
-from kilo_rules.session import Session, TokenUsage
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.session import Session, TokenUsage
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.runtime.facade import Runtime
+from kilo_rules.tools.checking.diff import diff_policies, diff_session, elide, request_diff
+from kilo_rules.tools.cli import main
 
 from .runtime.helpers import assistant, model, session, text, tool, user
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 import kilo_rules
-from kilo_rules.errors import Diagnostic, KiloRulesError, Location
-from kilo_rules.regex import RegexError
-from kilo_rules.safefs import ReadRefused
-from kilo_rules.summarize import SummarizerError
+from kilo_rules.engine.base.errors import Diagnostic, KiloRulesError, Location
+from kilo_rules.engine.base.regex import RegexError
+from kilo_rules.engine.base.safefs import ReadRefused
+from kilo_rules.engine.summarizers.protocol import SummarizerError
 
 DIAGS = (
     Diagnostic(
@@ -47,7 +47,7 @@ def _subclasses(cls: type[KiloRulesError]) -> list[type[KiloRulesError]]:
 
 
 def _status_error() -> KiloRulesError:
-    from kilo_rules.summarizers.http import _StatusError
+    from kilo_rules.engine.summarizers.http import _StatusError
 
     return _StatusError(
         "429 slow down", retryable=True, overflow=False, status=429, retry_after=2.5
@@ -56,11 +56,11 @@ def _status_error() -> KiloRulesError:
 
 #: The errors whose constructor is not KiloRulesError's, built as their raisers build them.
 OWN_CONSTRUCTORS: dict[str, Callable[[], KiloRulesError]] = {
-    "kilo_rules.summarize.SummarizerError": lambda: SummarizerError(
+    "kilo_rules.engine.summarizers.protocol.SummarizerError": lambda: SummarizerError(
         "the summary request timed out", retryable=True, details={"attempt": 2}
     ),
-    "kilo_rules.summarizers.http._StatusError": _status_error,
-    "kilo_rules.regex.RegexError": lambda: RegexError(list(DIAGS), "backreference"),
+    "kilo_rules.engine.summarizers.http._StatusError": _status_error,
+    "kilo_rules.engine.base.regex.RegexError": lambda: RegexError(list(DIAGS), "backreference"),
 }
 
 
@@ -97,11 +97,11 @@ def test_every_subclass_is_found() -> None:
     names = {_name(type(e)) for e in _instances()}
     # The walk reaches subclasses defined outside errors.py, not only those beside it.
     assert {
-        "kilo_rules.errors.PolicyError",
-        "kilo_rules.errors.ModelUnservableError",
-        "kilo_rules.errors.CancellationError",
-        "kilo_rules.runtime.mutations.MutationError",
-        "kilo_rules.tokens.TokenizerUnavailableError",
+        "kilo_rules.engine.base.errors.PolicyError",
+        "kilo_rules.engine.base.errors.ModelUnservableError",
+        "kilo_rules.engine.base.errors.CancellationError",
+        "kilo_rules.engine.runtime.mutations.MutationError",
+        "kilo_rules.engine.text.tokens.TokenizerUnavailableError",
         *OWN_CONSTRUCTORS,
     } <= names
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import EXIT_USAGE, main
-from kilo_rules.cli._runner import EXTRAS, extra_message, guarded
-from kilo_rules.errors import Diagnostic, KiloRulesError
+from kilo_rules.engine.base.errors import Diagnostic, KiloRulesError
+from kilo_rules.tools.cli import EXIT_USAGE, main
+from kilo_rules.tools.cli._runner import EXTRAS, extra_message, guarded
 
 SWE_AGENT = (
     Path(__file__).resolve().parents[1] / "examples/sessions/swe-agent-gpt4-pydicom-1458.traj"

@@ -15,9 +15,15 @@ from typing import Any
 
 import pytest
 
-from kilo_rules import fleet
-from kilo_rules.errors import Diagnostic, KiloRulesError, Location, SessionError, render_text
-from kilo_rules.fleet import (
+from kilo_rules.engine.base.errors import (
+    Diagnostic,
+    KiloRulesError,
+    Location,
+    SessionError,
+    render_text,
+)
+from kilo_rules.tools.simulation import fleet
+from kilo_rules.tools.simulation.fleet import (
     Outcome,
     aggregate,
     aggregate_rows,

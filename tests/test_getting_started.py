@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import COMMANDS, build_parser
+from kilo_rules.tools.cli import COMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "getting-started.md"

@@ -1,4 +1,5 @@
-"""The HTML report of ``simulate`` (``kilo_rules.htmlreport``), read back as a document.
+"""The HTML report of ``simulate`` (``kilo_rules.tools.simulation.htmlreport``), read back as a
+document.
 
 The page is well-formed XML (void elements are self-closed, every string is escaped), so
 these tests parse it with ElementTree and assert on elements and attributes rather than on
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.htmlreport import MAX_CHARTED_SESSIONS, MAX_POINTS, render_html
+from kilo_rules.tools.simulation.htmlreport import MAX_CHARTED_SESSIONS, MAX_POINTS, render_html
 
 FIXTURES = Path(__file__).parent / "fixtures" / "simulate"
 SVG_NS = "http://www.w3.org/2000/svg"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.check import check_paths
-from kilo_rules.compile import compile_policy
-from kilo_rules.errors import Diagnostic, PolicyError
-from kilo_rules.resolve import resolve_policy
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput, Workspace
+from kilo_rules.engine.base.errors import Diagnostic, PolicyError
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.frontend.resolve import resolve_policy
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput, Workspace
+from kilo_rules.tools.checking.check import check_paths
 
 from .runtime.helpers import model, session, user
 

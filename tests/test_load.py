@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.errors import PolicyError
-from kilo_rules.load import Limits, load_yaml_file, parse_yaml
+from kilo_rules.engine.base.errors import PolicyError
+from kilo_rules.engine.formats.load import Limits, load_yaml_file, parse_yaml
 
 BOMB = "\n".join(
     [

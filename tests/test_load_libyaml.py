@@ -17,8 +17,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kilo_rules import load
-from kilo_rules.errors import PolicyError
+from kilo_rules.engine.base.errors import PolicyError
+from kilo_rules.engine.formats import load
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,8 +10,8 @@ from functools import partial
 
 import pytest
 
-from kilo_rules.lru import LRUCache
-from kilo_rules.runtime.memo import IdentityLRU
+from kilo_rules.engine.base.lru import LRUCache
+from kilo_rules.engine.runtime.memo import IdentityLRU
 
 
 def test_the_least_recently_used_entry_goes_first() -> None:

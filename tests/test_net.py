@@ -1,5 +1,5 @@
-"""The network policy (kilo_rules.net), alone and behind instruction URLs, against a hostile
-server on 127.0.0.1."""
+"""The network policy (kilo_rules.engine.base.net), alone and behind instruction URLs, against a
+hostile server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.errors import KiloRulesError, NetworkError
-from kilo_rules.net import (
+from kilo_rules.engine.base.errors import KiloRulesError, NetworkError
+from kilo_rules.engine.base.net import (
     NetClient,
     NetworkSettings,
     UrlCache,
@@ -22,11 +21,12 @@ from kilo_rules.net import (
     network_settings,
     use_network,
 )
-from kilo_rules.policy import Instructions
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput, Workspace
-from kilo_rules.runtime.system import instructions_text
-from kilo_rules.runtime.trace import Decision
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.policy import Instructions
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput, Workspace
+from kilo_rules.engine.runtime.system import instructions_text
+from kilo_rules.engine.runtime.trace import Decision
 
 from .hostile_server import BOMB_DECODED, HostileServer, elapsed, hostile
 from .runtime.helpers import model, session, user

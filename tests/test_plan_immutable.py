@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.compile import Compiler, compile_policy
-from kilo_rules.load import resource_root
-from kilo_rules.plan import FrozenDict, freeze
-from kilo_rules.runtime.facade import Runtime
-from kilo_rules.session import TokenUsage
+from kilo_rules.engine.compiler.compile import Compiler, compile_policy
+from kilo_rules.engine.compiler.plan import FrozenDict, freeze
+from kilo_rules.engine.formats.load import resource_root
+from kilo_rules.engine.formats.session import TokenUsage
+from kilo_rules.engine.runtime.facade import Runtime
 
 from .compaction.helpers import FakeSummarizer, assistant, chars, model, session, text, user
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import main
-from kilo_rules.compile import compile_policy
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.tools.cli import main
 
 from .runtime.helpers import model
 

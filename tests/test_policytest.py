@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import main
-from kilo_rules.policytest import parse_request_path, run_test_file
+from kilo_rules.tools.checking.policytest import parse_request_path, run_test_file
+from kilo_rules.tools.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 KILO_DEFAULT = ROOT / "policies" / "kilo-default.yaml"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import main
-from kilo_rules.policytest import DEFAULT_HOME, run_paths, run_test_file
-from kilo_rules.sandbox import allow_read
+from kilo_rules.engine.base.sandbox import allow_read
+from kilo_rules.tools.checking.policytest import DEFAULT_HOME, run_paths, run_test_file
+from kilo_rules.tools.cli import main
 
 SECRET = "SENTINEL-6f1c0e-never-printed"
 

@@ -1,4 +1,4 @@
-"""kilo_rules.regex: every pattern runs on RE2, in time linear in the text."""
+"""kilo_rules.engine.base.regex: every pattern runs on RE2, in time linear in the text."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from kilo_rules.errors import KiloRulesError, Location
-from kilo_rules.regex import (
+from kilo_rules.engine.base.errors import KiloRulesError, Location
+from kilo_rules.engine.base.regex import (
     CACHE_SIZE,
     MAX_PATTERN_LENGTH,
     RegexError,
@@ -81,6 +81,6 @@ def test_compiled_patterns_are_cached_and_bounded() -> None:
     for i in range(CACHE_SIZE + 10):
         compile_regex(f"p{i}")
     assert compile_regex("cache-me") is not None
-    from kilo_rules.regex import _compile
+    from kilo_rules.engine.base.regex import _compile
 
     assert _compile.cache_info().currsize <= CACHE_SIZE

@@ -1,5 +1,5 @@
-"""Machine-readable outputs (``kilo_rules.report``): SARIF checked against the official
-SARIF 2.1.0 schema, JUnit XML read back, and ``kilo-rules check`` in every format.
+"""Machine-readable outputs (``kilo_rules.tools.checking.report``): SARIF checked against the
+official SARIF 2.1.0 schema, JUnit XML read back, and ``kilo-rules check`` in every format.
 
 The schema fixture is the SARIF 2.1.0 JSON Schema as published (schemastore's
 ``sarif-2.1.0-rtm.5``, the final 2.1.0 text); it is committed so the tests need no network.
@@ -17,10 +17,9 @@ import pytest
 import yaml
 
 from kilo_rules import __version__
-from kilo_rules.check import check_paths
-from kilo_rules.cli import main
-from kilo_rules.errors import Diagnostic, Location
-from kilo_rules.report import (
+from kilo_rules.engine.base.errors import Diagnostic, Location
+from kilo_rules.tools.checking.check import check_paths
+from kilo_rules.tools.checking.report import (
     FORMATS,
     CaseResult,
     SuiteResult,
@@ -29,6 +28,7 @@ from kilo_rules.report import (
     to_junit,
     to_sarif,
 )
+from kilo_rules.tools.cli import main
 
 HERE = Path(__file__).parent
 SCHEMA: dict[str, Any] = json.loads(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kilo_rules.resolve import resolve_policy
+from kilo_rules.engine.frontend.resolve import resolve_policy
 
 CHILD = """\
 version: 1

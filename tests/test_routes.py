@@ -11,10 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from kilo_rules import PolicyError, Routes, load_routes
-from kilo_rules.catalog import Catalog, ModelInfo, bundled_catalog
-from kilo_rules.cli import main
-from kilo_rules.errors import Diagnostic, Location
-from kilo_rules.routes import (
+from kilo_rules.engine.base.errors import Diagnostic, Location
+from kilo_rules.engine.base.sandbox import allow_read
+from kilo_rules.engine.formats.catalog import Catalog, ModelInfo, bundled_catalog
+from kilo_rules.engine.frontend.routes import (
     ROUTES_FILE,
     RouteMatch,
     RoutesFile,
@@ -22,7 +22,7 @@ from kilo_rules.routes import (
     covers,
     read_routes,
 )
-from kilo_rules.sandbox import allow_read
+from kilo_rules.tools.cli import main
 
 
 def _model(mid: str, provider: str, family: str) -> ModelInfo:

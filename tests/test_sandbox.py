@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.check import check_paths
-from kilo_rules.checks import MAX_FILE_BYTES
-from kilo_rules.cli import main
-from kilo_rules.compile import compile_policy
-from kilo_rules.errors import Diagnostic, PolicyError
-from kilo_rules.policy import Instructions
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput, Workspace
-from kilo_rules.runtime.system import discover_instruction_files, instruction_files
-from kilo_rules.sandbox import allow_read, operator_roots
+from kilo_rules.engine.base.errors import Diagnostic, PolicyError
+from kilo_rules.engine.base.sandbox import allow_read, operator_roots
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.policy import Instructions
+from kilo_rules.engine.frontend.checks import MAX_FILE_BYTES
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput, Workspace
+from kilo_rules.engine.runtime.system import discover_instruction_files, instruction_files
+from kilo_rules.tools.checking.check import check_paths
+from kilo_rules.tools.cli import main
 
 from .runtime.helpers import session, user
 

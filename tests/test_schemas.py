@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from kilo_rules.jsonschemas import generated_schemas, render
-from kilo_rules.load import load_yaml_resource
-from kilo_rules.policy import expression_fields
+from kilo_rules.engine.formats.load import load_yaml_resource
+from kilo_rules.engine.formats.policy import expression_fields
+from kilo_rules.tools.checking.jsonschemas import generated_schemas, render
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -69,7 +69,7 @@ def test_expression_fields_are_found_in_kilo_default() -> None:
 
 
 def test_expression_types_come_from_the_model_through_lists_and_overrides() -> None:
-    from kilo_rules.policy import expression_kind
+    from kilo_rules.engine.formats.policy import expression_kind
 
     assert expression_kind(("budget", "usable")) == "int"
     assert expression_kind(("overflow", "threshold_percent")) == "number?"

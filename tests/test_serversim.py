@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import read_session
-from kilo_rules.serversim import CLEARED, ServerEdits
-from kilo_rules.simulate import simulate
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.providers.serversim import CLEARED, ServerEdits
+from kilo_rules.tools.simulation.simulate import simulate
 
 from .conftest import SHARED
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.errors import Location, SessionError
-from kilo_rules.session import (
+from kilo_rules.engine.base.errors import Location, SessionError
+from kilo_rules.engine.formats.session import (
     MAX_BYTES,
     CompactionPart,
     Message,
@@ -311,7 +311,7 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     with pytest.raises(SessionError) as err:
         load_session(fifo)
     assert err.value.diagnostic.code == "io.not-regular-file"
-    from kilo_rules.importers import read_session
+    from kilo_rules.engine.importers import read_session
 
     with pytest.raises(SessionError) as refused:
         read_session(fifo)

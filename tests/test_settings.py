@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.policy import Lowering, PolicyBody, Prune, Summary, default
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.chunks import ChunkSettings
-from kilo_rules.runtime.context import StepInput
-from kilo_rules.runtime.lower import LowerSettings, lower_settings
-from kilo_rules.runtime.prune import prune_settings
-from kilo_rules.runtime.trace import plan_counter
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.policy import Lowering, PolicyBody, Prune, Summary, default
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.chunks import ChunkSettings
+from kilo_rules.engine.runtime.context import StepInput
+from kilo_rules.engine.runtime.lower import LowerSettings, lower_settings
+from kilo_rules.engine.runtime.prune import prune_settings
+from kilo_rules.engine.runtime.trace import plan_counter
 
 from .runtime.helpers import assistant, model, session, tool, user
 
@@ -119,7 +119,7 @@ def test_the_engine_reads_no_setting_by_string_path() -> None:
 
 
 def test_a_bare_policy_compacts(tmp_path: Path) -> None:
-    from kilo_rules.runtime.compaction import compact
+    from kilo_rules.engine.runtime.compaction import compact
 
     from .compaction.helpers import FakeSummarizer
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.cachesim import Block, CacheSimulator, blocks
-from kilo_rules.catalog import Prices
-from kilo_rules.cli import main
-from kilo_rules.cli.simulate import format_table
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import import_file
-from kilo_rules.session import Session, TokenUsage
-from kilo_rules.simulate import (
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.catalog import Prices
+from kilo_rules.engine.formats.session import Session, TokenUsage
+from kilo_rules.engine.importers import import_file
+from kilo_rules.engine.providers.cachesim import Block, CacheSimulator, blocks
+from kilo_rules.tools.cli import main
+from kilo_rules.tools.cli.simulate import format_table
+from kilo_rules.tools.simulation.simulate import (
     SimulationReport,
     default_counter,
     simulate,

@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cachesim import Block
-from kilo_rules.catalog import ModelInfo, bundled_catalog
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import read_session
-from kilo_rules.runtime.measure import messages_json
-from kilo_rules.session import CacheTokens, Session, TokenUsage
-from kilo_rules.simulate import (
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.catalog import ModelInfo, bundled_catalog
+from kilo_rules.engine.formats.session import CacheTokens, Session, TokenUsage
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.providers.cachesim import Block
+from kilo_rules.engine.runtime.measure import messages_json
+from kilo_rules.engine.summarizers import ExtractiveSummarizer
+from kilo_rules.engine.summarizers.protocol import SummaryRequest
+from kilo_rules.tools.simulation.simulate import (
     Calibration,
     SimulationReport,
     _PerfectCache,
@@ -22,8 +24,6 @@ from kilo_rules.simulate import (
     session_document,
     simulate,
 )
-from kilo_rules.summarize import SummaryRequest
-from kilo_rules.summarizers import ExtractiveSummarizer
 
 from .conftest import SHARED
 from .runtime.helpers import assistant, model, session, text, tool, user
@@ -284,8 +284,8 @@ def _usage(read: int, write: int, uncached: int, output: int) -> TokenUsage:
 
 
 def test_the_session_as_recorded_is_priced_from_its_usage() -> None:
-    from kilo_rules.catalog import Prices
-    from kilo_rules.session import CompactionPart
+    from kilo_rules.engine.formats.catalog import Prices
+    from kilo_rules.engine.formats.session import CompactionPart
 
     prices = Prices(input=3.0, output=15.0, cache_write=3.75, cache_read=0.3)
     compaction = user("c1", "")
@@ -327,7 +327,7 @@ def test_the_long_session_as_recorded() -> None:
 def test_simulate_prints_why_a_calibrate_run_is_uncalibrated(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from kilo_rules.cli import main
+    from kilo_rules.tools.cli import main
 
     traj = Path(__file__).parent.parent / "examples/sessions/swe-agent-gpt4-pydicom-1458.traj"
     code = main(

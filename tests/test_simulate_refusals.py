@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.catalog import bundled_catalog
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import read_session
-from kilo_rules.providers.acceptance import BodyContext, check_body
-from kilo_rules.serversim import refuses
-from kilo_rules.session import Session, TokenUsage
-from kilo_rules.simulate import Calibration, SimulationReport, replay, simulate
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.catalog import bundled_catalog
+from kilo_rules.engine.formats.session import Session, TokenUsage
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.providers.acceptance import BodyContext, check_body
+from kilo_rules.engine.providers.serversim import refuses
+from kilo_rules.tools.simulation.simulate import Calibration, SimulationReport, replay, simulate
 
 from .conftest import SHARED
 from .runtime.helpers import assistant, model, session, text, tool, user
@@ -126,7 +126,7 @@ def test_a_small_window_compacts_at_its_threshold() -> None:
 
 
 def test_the_runtime_window_stage_is_the_same_rule() -> None:
-    from kilo_rules.runtime.apply import exceeds
+    from kilo_rules.engine.runtime.apply import exceeds
 
     for input_tokens, output in ((168_000, 32_000), (168_001, 32_000), (200_001, None)):
         assert exceeds(input_tokens, output, 200_000) is refuses(input_tokens, output, 200_000)

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules.errors import Location
-from kilo_rules.source import JsonPath, JsonText, lookup, nearest
+from kilo_rules.engine.base.errors import Location
+from kilo_rules.engine.base.source import JsonPath, JsonText, lookup, nearest
 
 
 def test_nearest_returns_the_entry_and_the_rest_below_it() -> None:

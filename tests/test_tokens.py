@@ -14,7 +14,7 @@ import tiktoken.registry
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules.tokens import (
+from kilo_rules.engine.text.tokens import (
     CountCache,
     EstimateCounter,
     TiktokenCounter,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kilo_rules.truncate import (
+from kilo_rules.engine.text.truncate import (
     DELEGATE_ADVICE,
     GREP_ADVICE,
     MAX_BYTES,

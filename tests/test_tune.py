@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.cli import main
-from kilo_rules.compile import compile_policy
-from kilo_rules.errors import PolicyError
-from kilo_rules.importers import read_session
-from kilo_rules.simulate import simulate
-from kilo_rules.tune import candidate_policy, candidates, load_tune_file
+from kilo_rules.engine.base.errors import PolicyError
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.importers import read_session
+from kilo_rules.tools.cli import main
+from kilo_rules.tools.simulation.simulate import simulate
+from kilo_rules.tools.simulation.tune import candidate_policy, candidates, load_tune_file
 
 from .conftest import ROOT, SHARED
 
@@ -471,7 +471,7 @@ TUNED = ROOT / "examples" / "tune" / "kilo-default-tuned.yaml"
 
 
 def test_the_committed_winner_passes_check_verify_and_its_own_tests() -> None:
-    from kilo_rules.cli import main
+    from kilo_rules.tools.cli import main
 
     assert main(["check", str(TUNED)]) == 0
     assert main(["verify", "--policy", str(TUNED)]) == 0
@@ -481,8 +481,8 @@ def test_the_committed_winner_passes_check_verify_and_its_own_tests() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not OPUS.is_file(), reason="shared trajectories absent")
 def test_the_committed_winner_is_cheaper_than_every_bundled_policy_with_no_overflow() -> None:
-    from kilo_rules.compile import compile_policy
-    from kilo_rules.simulate import session_document
+    from kilo_rules.engine.compiler.compile import compile_policy
+    from kilo_rules.tools.simulation.simulate import session_document
 
     names = ("kilo-default", "cache-max", "long-run", "local-small")
     total: dict[str, float] = {}

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.catalog import ModelInfo, bundled_catalog, model_from_data
-from kilo_rules.cli import main
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import read_session
-from kilo_rules.load import load_yaml_file
-from kilo_rules.session import Message, Session, TextPart, TokenUsage
-from kilo_rules.verify import match_models, prefix_stability, verify_policy
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.catalog import ModelInfo, bundled_catalog, model_from_data
+from kilo_rules.engine.formats.load import load_yaml_file
+from kilo_rules.engine.formats.session import Message, Session, TextPart, TokenUsage
+from kilo_rules.engine.importers import read_session
+from kilo_rules.tools.checking.verify import match_models, prefix_stability, verify_policy
+from kilo_rules.tools.cli import main
 
 from .conftest import SHARED
 
@@ -232,7 +232,7 @@ def test_a_real_session_keeps_its_prefix(policy: str) -> None:
 def test_the_stability_replay_compacts_where_simulate_does() -> None:
     """Both replay through one engine, with the same usage fed back: on the Opus session
     run on Sonnet 4.5, kilo-default compacts once, at the same step, in both."""
-    from kilo_rules.simulate import simulate
+    from kilo_rules.tools.simulation.simulate import simulate
 
     session = read_session(str(TRAJECTORIES / "claude-code-opus46-spotter-8463c716.jsonl"))
     plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import EXIT_OK, main
-from kilo_rules.version import _version
+from kilo_rules.engine.base.version import _version
+from kilo_rules.tools.cli import EXIT_OK, main
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,19 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules import safefs
-from kilo_rules.compile import compile_policy
-from kilo_rules.errors import Location, PolicyError
-from kilo_rules.plan import Plan
-from kilo_rules.policy import Instructions
-from kilo_rules.request import ModelMessage
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput, Workspace
-from kilo_rules.runtime.lower import lower, lower_settings
-from kilo_rules.runtime.ondemand import attach
-from kilo_rules.runtime.system import discover_instruction_files, instructions_text
-from kilo_rules.sandbox import FileRef, read_text
-from kilo_rules.session import Session, ToolPart
+from kilo_rules.engine.base import safefs
+from kilo_rules.engine.base.errors import Location, PolicyError
+from kilo_rules.engine.base.sandbox import FileRef, read_text
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.compiler.plan import Plan
+from kilo_rules.engine.formats.policy import Instructions
+from kilo_rules.engine.formats.request import ModelMessage
+from kilo_rules.engine.formats.session import Session, ToolPart
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput, Workspace
+from kilo_rules.engine.runtime.lower import lower, lower_settings
+from kilo_rules.engine.runtime.ondemand import attach
+from kilo_rules.engine.runtime.system import discover_instruction_files, instructions_text
 
 from .runtime.helpers import assistant, model, session, user
 
@@ -321,7 +321,7 @@ def test_safefs_refuses_names_outside_or_malformed(tmp_path: Path, path: str) ->
 
 
 def test_the_head_of_a_file_is_read_without_opening_a_fifo_for_reading(tmp_path: Path) -> None:
-    from kilo_rules.check import is_bundle
+    from kilo_rules.tools.checking.check import is_bundle
 
     (tmp_path / "b.tar.gz").write_bytes(b"\x1f\x8b rest")
     assert safefs.read_head(tmp_path / "b.tar.gz", 2) == b"\x1f\x8b"
@@ -459,7 +459,7 @@ def _promptly(fn: Callable[[], object], seconds: float = 30.0) -> object:
 
 
 def test_check_globs_over_symlink_loops_finish(tmp_path: Path) -> None:
-    from kilo_rules.check import expand_paths
+    from kilo_rules.tools.checking.check import expand_paths
 
     top = _loop_tree(tmp_path)
     (top / "sub" / "team.yaml").write_text("version: 1\nname: team\n", encoding="utf-8")
@@ -468,7 +468,7 @@ def test_check_globs_over_symlink_loops_finish(tmp_path: Path) -> None:
 
 
 def test_session_globs_over_symlink_loops_finish(tmp_path: Path) -> None:
-    from kilo_rules.fleet import expand_sessions
+    from kilo_rules.tools.simulation.fleet import expand_sessions
 
     top = _loop_tree(tmp_path)
     (top / "sub" / "s.jsonl").write_text("{}\n", encoding="utf-8")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator
 
-from kilo_rules.htmlreport import render_html
+from kilo_rules.tools.simulation.htmlreport import render_html
 
 from .chromium import chromium, finish, open_page
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.htmlreport import render_tune_html
+from kilo_rules.tools.simulation.htmlreport import render_tune_html
 
 from .chromium import chromium, finish, open_page
 from .test_report_chromium import box

@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.plan import Plan
-from kilo_rules.runtime.measure import messages_json
-from kilo_rules.session import Session, TokenUsage
-from kilo_rules.summarize import SummarizerError, SummaryRequest
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.compiler.plan import Plan
+from kilo_rules.engine.formats.session import Session, TokenUsage
+from kilo_rules.engine.runtime.measure import messages_json
+from kilo_rules.engine.summarizers.protocol import SummarizerError, SummaryRequest
 
 from ..runtime.helpers import assistant, model, session, text, tool, user
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilo_rules.plan import Plan
-from kilo_rules.runtime.apply import last_finished, usage_count
-from kilo_rules.runtime.facade import Runtime
-from kilo_rules.runtime.history import project
-from kilo_rules.runtime.measure import measure
-from kilo_rules.runtime.mutations import apply_mutations
-from kilo_rules.session import Message, Session, TokenUsage
-from kilo_rules.summarize import Summarizer
-from kilo_rules.tokens import estimate
+from kilo_rules.engine.compiler.plan import Plan
+from kilo_rules.engine.formats.session import Message, Session, TokenUsage
+from kilo_rules.engine.runtime.apply import last_finished, usage_count
+from kilo_rules.engine.runtime.facade import Runtime
+from kilo_rules.engine.runtime.history import project
+from kilo_rules.engine.runtime.measure import measure
+from kilo_rules.engine.runtime.mutations import apply_mutations
+from kilo_rules.engine.summarizers.protocol import Summarizer
+from kilo_rules.engine.text.tokens import estimate
 
 
 @dataclass

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from kilo_rules.request import ModelMessage, Text, ToolCall, ToolResult
-from kilo_rules.runtime.chunks import (
+from kilo_rules.engine.formats.request import ModelMessage, Text, ToolCall, ToolResult
+from kilo_rules.engine.runtime.chunks import (
     ChunkSettings,
     SmallModel,
     chunk_budget,
@@ -17,9 +17,9 @@ from kilo_rules.runtime.chunks import (
     split,
     summarize_chunked,
 )
-from kilo_rules.runtime.compaction import compact
-from kilo_rules.summarize import SummarizerError, SummaryRequest
-from kilo_rules.tokens import estimate
+from kilo_rules.engine.runtime.compaction import compact
+from kilo_rules.engine.summarizers.protocol import SummarizerError, SummaryRequest
+from kilo_rules.engine.text.tokens import estimate
 
 from .helpers import FakeSummarizer, assistant, chars, plan_for, session, text, user
 

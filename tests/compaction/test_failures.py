@@ -7,10 +7,10 @@ import copy
 
 import pytest
 
-from kilo_rules.errors import ContextOverflowError
-from kilo_rules.runtime.facade import Runtime
-from kilo_rules.runtime.mutations import missing
-from kilo_rules.summarize import SummarizerError, SummaryRequest
+from kilo_rules.engine.base.errors import ContextOverflowError
+from kilo_rules.engine.runtime.facade import Runtime
+from kilo_rules.engine.runtime.mutations import missing
+from kilo_rules.engine.summarizers.protocol import SummarizerError, SummaryRequest
 
 from .helpers import FakeSummarizer, plan_for, three_turns
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.catalog import bundled_catalog
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import read_session
-from kilo_rules.runtime.facade import Runtime
-from kilo_rules.runtime.mutations import missing
-from kilo_rules.session import TextPart
-from kilo_rules.simulate import without_recorded_compactions
-from kilo_rules.summarizers import ExtractiveSummarizer
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.catalog import bundled_catalog
+from kilo_rules.engine.formats.session import TextPart
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.runtime.facade import Runtime
+from kilo_rules.engine.runtime.mutations import missing
+from kilo_rules.engine.summarizers import ExtractiveSummarizer
+from kilo_rules.tools.simulation.simulate import without_recorded_compactions
 
 TRAJECTORIES = Path(__file__).resolve().parents[2].parent / "shared/data/trajectories"
 CASES = [

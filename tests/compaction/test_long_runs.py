@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.errors import ContextOverflowError
-from kilo_rules.runtime.facade import Runtime
-from kilo_rules.runtime.mutations import missing
-from kilo_rules.session import Session, TextPart, TokenUsage
+from kilo_rules.engine.base.errors import ContextOverflowError
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.session import Session, TextPart, TokenUsage
+from kilo_rules.engine.runtime.facade import Runtime
+from kilo_rules.engine.runtime.mutations import missing
 
 from .helpers import FakeSummarizer, assistant, chars, derived, model, session, text, user
 

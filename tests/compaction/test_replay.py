@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import import_file
-from kilo_rules.runtime.mutations import missing, restore
-from kilo_rules.session import Session, ToolPart
-from kilo_rules.simulate import without_recorded_compactions
-from kilo_rules.summarizers import ExtractiveSummarizer
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.session import Session, ToolPart
+from kilo_rules.engine.importers import import_file
+from kilo_rules.engine.runtime.mutations import missing, restore
+from kilo_rules.engine.summarizers import ExtractiveSummarizer
+from kilo_rules.tools.simulation.simulate import without_recorded_compactions
 
 from .helpers import model
 from .replay import Replay, persisted, replay

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.errors import ContextOverflowError
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.facade import Runtime
-from kilo_rules.runtime.history import project
-from kilo_rules.runtime.mutations import MutationError, apply_mutations, missing, restore
-from kilo_rules.session import Session, TokenUsage
+from kilo_rules.engine.base.errors import ContextOverflowError
+from kilo_rules.engine.formats.session import Session, TokenUsage
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.facade import Runtime
+from kilo_rules.engine.runtime.history import project
+from kilo_rules.engine.runtime.mutations import MutationError, apply_mutations, missing, restore
 
 from .helpers import (
     FakeSummarizer,

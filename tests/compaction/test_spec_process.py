@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from kilo_rules.request import Text, ToolResult
-from kilo_rules.runtime.compaction import PIN_HEADING, compact, drift, pinned_section
-from kilo_rules.runtime.history import project
-from kilo_rules.runtime.mutations import apply_mutations, missing
-from kilo_rules.session import CompactionPart, FilePart, Message, Session, TextPart
-from kilo_rules.tokens import estimate
+from kilo_rules.engine.formats.request import Text, ToolResult
+from kilo_rules.engine.formats.session import CompactionPart, FilePart, Message, Session, TextPart
+from kilo_rules.engine.runtime.compaction import PIN_HEADING, compact, drift, pinned_section
+from kilo_rules.engine.runtime.history import project
+from kilo_rules.engine.runtime.mutations import apply_mutations, missing
+from kilo_rules.engine.text.tokens import estimate
 
 from .helpers import FakeSummarizer, assistant, chars, derived, plan_for, session, text, tool, user
 

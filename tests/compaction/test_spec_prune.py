@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kilo_rules.runtime.prune import prune, prune_settings
-from kilo_rules.session import Message, ToolPart, ToolTime
-from kilo_rules.tokens import estimate
+from kilo_rules.engine.formats.session import Message, ToolPart, ToolTime
+from kilo_rules.engine.runtime.prune import prune, prune_settings
+from kilo_rules.engine.text.tokens import estimate
 
 from .helpers import assistant, chars, derived, plan_for, text, tool, user
 

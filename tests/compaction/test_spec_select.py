@@ -5,13 +5,13 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from kilo_rules.plan import Plan
-from kilo_rules.runtime.compaction import lower_settings, preserve_budget, select, split_turn
-from kilo_rules.runtime.history import turns
-from kilo_rules.runtime.lower import lower
-from kilo_rules.runtime.measure import messages_json
-from kilo_rules.session import FilePart, Message, TextPart
-from kilo_rules.tokens import estimate
+from kilo_rules.engine.compiler.plan import Plan
+from kilo_rules.engine.formats.session import FilePart, Message, TextPart
+from kilo_rules.engine.runtime.compaction import lower_settings, preserve_budget, select, split_turn
+from kilo_rules.engine.runtime.history import turns
+from kilo_rules.engine.runtime.lower import lower
+from kilo_rules.engine.runtime.measure import messages_json
+from kilo_rules.engine.text.tokens import estimate
 
 from .helpers import assistant, chars, derived, plan_for, text, user
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kilo_rules.expr import (
+from kilo_rules.engine.frontend.expr import (
     BOOL,
     FLOAT,
     INT,

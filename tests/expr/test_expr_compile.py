@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.errors import EvalError, ExprError
-from kilo_rules.expr import (
+from kilo_rules.engine.base.errors import EvalError, ExprError
+from kilo_rules.engine.frontend.expr import (
     BOOL,
     FLOAT,
     INT,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kilo_rules.errors import ExprError
-from kilo_rules.expr import (
+from kilo_rules.engine.base.errors import ExprError
+from kilo_rules.engine.frontend.expr import (
     BOOL,
     FLOAT,
     INT,
@@ -20,7 +20,7 @@ from kilo_rules.expr import (
     default_vocabulary,
     text_locate,
 )
-from kilo_rules.expr.types import ANY
+from kilo_rules.engine.frontend.expr.types import ANY
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "bad_expressions.yaml").read_text("utf-8"))
 TYPES = {"int": INT, "float": FLOAT, "number": NUMBER, "str": STR, "bool": BOOL}

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kilo_rules.errors import EvalError, ExprError
-from kilo_rules.expr import (
+from kilo_rules.engine.base.errors import EvalError, ExprError
+from kilo_rules.engine.frontend.expr import (
     BOOL,
     FLOAT,
     INT,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kilo_rules.errors import ExprError, Location
-from kilo_rules.expr import GRAMMAR_ERRORS, LIMITS, parse, text_locate
-from kilo_rules.expr.nodes import Binary, Conditional, Literal, Name, Unary
+from kilo_rules.engine.base.errors import ExprError, Location
+from kilo_rules.engine.frontend.expr import GRAMMAR_ERRORS, LIMITS, parse, text_locate
+from kilo_rules.engine.frontend.expr.nodes import Binary, Conditional, Literal, Name, Unary
 
 
 def value(text: str) -> object:

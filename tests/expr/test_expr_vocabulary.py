@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-import kilo_rules.expr as expr_api
-from kilo_rules.catalog import Limits, ModelInfo, Prices
-from kilo_rules.errors import ExprError, Location
-from kilo_rules.expr import (
+import kilo_rules.engine.frontend.expr as expr_api
+from kilo_rules.engine.base.errors import ExprError, Location
+from kilo_rules.engine.formats.catalog import Limits, ModelInfo, Prices
+from kilo_rules.engine.frontend.expr import (
     INT,
     STR,
     Vocabulary,

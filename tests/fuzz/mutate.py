@@ -11,8 +11,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from kilo_rules.load import iter_paths
-from kilo_rules.source import JsonPath, lookup
+from kilo_rules.engine.base.source import JsonPath, lookup
+from kilo_rules.engine.formats.load import iter_paths
 
 # Strings the formats give meaning to, so that a replacement often lands on another branch.
 WORDS = [

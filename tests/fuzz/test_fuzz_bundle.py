@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules.bundle import (
+from kilo_rules.engine.formats.bundle import (
     MANIFEST,
     SIGNATURE,
     BundleError,

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules.cli import _options as opt
-from kilo_rules.errors import KiloRulesError
-from kilo_rules.settings import CONFIG_FIELDS
+from kilo_rules.engine.base.errors import KiloRulesError
+from kilo_rules.engine.base.settings import CONFIG_FIELDS
+from kilo_rules.tools.cli import _options as opt
 from tests.fuzz.budget import FUZZ
 
 _NAMES = [n.removeprefix("config.") for n in CONFIG_FIELDS] + list(CONFIG_FIELDS)

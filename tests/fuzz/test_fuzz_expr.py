@@ -11,9 +11,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules.errors import KiloRulesError
-from kilo_rules.expr import BOOL, check, compile_expr, compile_source, infer, interpret, parse
-from kilo_rules.regex import RegexError, compile_regex
+from kilo_rules.engine.base.errors import KiloRulesError
+from kilo_rules.engine.base.regex import RegexError, compile_regex
+from kilo_rules.engine.frontend.expr import (
+    BOOL,
+    check,
+    compile_expr,
+    compile_source,
+    infer,
+    interpret,
+    parse,
+)
 from tests.expr.test_expr_fuzz import CONTEXT, NULLS, SHAPED, TOKENS, VOCAB, ZEROS
 from tests.fuzz.budget import FUZZ
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules.errors import KiloRulesError
-from kilo_rules.importers import import_text
-from kilo_rules.session import dump_session, session_from_json
+from kilo_rules.engine.base.errors import KiloRulesError
+from kilo_rules.engine.formats.session import dump_session, session_from_json
+from kilo_rules.engine.importers import import_text
 from tests.fuzz.budget import FUZZ
 from tests.fuzz.importer_samples import SAMPLES, log_text
 from tests.fuzz.mutate import mutated

@@ -17,10 +17,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules.check import check_paths
-from kilo_rules.errors import Diagnostic, KiloRulesError
-from kilo_rules.load import parse_yaml
-from kilo_rules.validate import load_schema
+from kilo_rules.engine.base.errors import Diagnostic, KiloRulesError
+from kilo_rules.engine.formats.load import parse_yaml
+from kilo_rules.engine.formats.validate import load_schema
+from kilo_rules.tools.checking.check import check_paths
 from tests.fuzz.budget import FUZZ
 
 

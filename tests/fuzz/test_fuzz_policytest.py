@@ -21,8 +21,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kilo_rules.errors import KiloRulesError
-from kilo_rules.policytest import RunReport, run_paths, run_test_file
+from kilo_rules.engine.base.errors import KiloRulesError
+from kilo_rules.tools.checking.policytest import RunReport, run_paths, run_test_file
 from tests.fuzz.budget import EXAMPLES, FUZZ, FUZZING
 
 SECRET = "SENTINEL-policytest-4be1"

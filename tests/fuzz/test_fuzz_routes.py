@@ -13,9 +13,9 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules.catalog import bundled_catalog
-from kilo_rules.errors import PolicyError
-from kilo_rules.routes import ROUTES_FILE, check_routes, load_routes
+from kilo_rules.engine.base.errors import PolicyError
+from kilo_rules.engine.formats.catalog import bundled_catalog
+from kilo_rules.engine.frontend.routes import ROUTES_FILE, check_routes, load_routes
 from tests.fuzz.budget import FUZZ
 
 

@@ -38,8 +38,8 @@ _APP: dict[str, Any] = {}
 def app() -> tuple[Any, Path]:
     """One sidecar for the whole fuzzer (made on first use), with a workspace root."""
     if not _APP:
-        from kilo_rules.serve import create_app
-        from kilo_rules.store import PolicyStore
+        from kilo_rules.tools.serving.sidecar import create_app
+        from kilo_rules.tools.serving.store import PolicyStore
 
         root = Path(tempfile.mkdtemp(prefix="kilo-rules-fuzz-serve-"))
         (root / "policies").mkdir()

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules.errors import KiloRulesError
-from kilo_rules.fleet import expand_sessions
-from kilo_rules.htmlreport import render_html
+from kilo_rules.engine.base.errors import KiloRulesError
+from kilo_rules.tools.simulation.fleet import expand_sessions
+from kilo_rules.tools.simulation.htmlreport import render_html
 from tests.fuzz.budget import FUZZ
 from tests.fuzz.mutate import mutated
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules.summarize import SummarizerError
-from kilo_rules.summarizers.http import reply_text
+from kilo_rules.engine.summarizers.http import reply_text
+from kilo_rules.engine.summarizers.protocol import SummarizerError
 from tests.fuzz.budget import FUZZ
 
 Kind = Literal["openai", "anthropic"]

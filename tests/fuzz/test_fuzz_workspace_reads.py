@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kilo_rules import safefs
-from kilo_rules.policy import Instructions
-from kilo_rules.request import ModelMessage, Text, ToolCall, ToolResult
-from kilo_rules.runtime.context import StepInput, Workspace
-from kilo_rules.runtime.ondemand import attach
-from kilo_rules.runtime.system import discover_instruction_files, instructions_text
+from kilo_rules.engine.base import safefs
+from kilo_rules.engine.formats.policy import Instructions
+from kilo_rules.engine.formats.request import ModelMessage, Text, ToolCall, ToolResult
+from kilo_rules.engine.runtime.context import StepInput, Workspace
+from kilo_rules.engine.runtime.ondemand import attach
+from kilo_rules.engine.runtime.system import discover_instruction_files, instructions_text
 from tests.fuzz.budget import FUZZ
 
 SECRET = "SECRET-outside-7731"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.session import Session, ToolPart, dump_session, session_from_data
+from kilo_rules.engine.formats.session import Session, ToolPart, dump_session, session_from_data
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "sessions"

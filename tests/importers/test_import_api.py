@@ -1,10 +1,10 @@
-"""The public surface of kilo_rules.importers."""
+"""The public surface of kilo_rules.engine.importers."""
 
 from __future__ import annotations
 
 from importer_helpers import SUBAGENT, SWE_AGENT
 
-import kilo_rules.importers as importers
+import kilo_rules.engine.importers as importers
 
 
 def test_all_is_sorted_and_documented() -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from importer_helpers import SUBAGENT, check_session, jsonl_records, result_text, tool_parts
 
-from kilo_rules.errors import ImportFormatError
-from kilo_rules.importers import detect_format, import_file, import_text
-from kilo_rules.session import FilePart, ReasoningPart, Session, TextPart
+from kilo_rules.engine.base.errors import ImportFormatError
+from kilo_rules.engine.formats.session import FilePart, ReasoningPart, Session, TextPart
+from kilo_rules.engine.importers import detect_format, import_file, import_text
 
 
 def _anthropic_messages() -> list[dict[str, Any]]:

@@ -15,8 +15,8 @@ from importer_helpers import (
     tool_parts,
 )
 
-from kilo_rules.importers import detect_format, import_file
-from kilo_rules.session import CompactionPart, ReasoningPart, Session, TextPart
+from kilo_rules.engine.formats.session import CompactionPart, ReasoningPart, Session, TextPart
+from kilo_rules.engine.importers import detect_format, import_file
 
 MAIN = "claude-code-opus46-spotter-8463c716.jsonl"
 

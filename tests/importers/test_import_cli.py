@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from importer_helpers import SUBAGENT, SWE_AGENT
 
-from kilo_rules.cli import EXIT_DIAGNOSTICS, EXIT_USAGE, main
-from kilo_rules.importers import import_file
-from kilo_rules.session import session_from_data
+from kilo_rules.engine.formats.session import session_from_data
+from kilo_rules.engine.importers import import_file
+from kilo_rules.tools.cli import EXIT_DIAGNOSTICS, EXIT_USAGE, main
 
 
 def _run(argv: list[str]) -> int:
@@ -111,7 +111,7 @@ def test_a_log_that_cannot_be_imported_exits_like_every_diagnostic(
 def test_a_log_over_the_cap_is_refused_without_reading_it_whole(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import kilo_rules.cli.import_ as command
+    import kilo_rules.tools.cli.import_ as command
 
     class Stdin:
         def __init__(self) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from importer_helpers import EXAMPLES, SUBAGENT, SWE_AGENT, TRAJECTORIES, shared_log
 
-from kilo_rules.errors import ImportFormatError
-from kilo_rules.importers import FORMATS, detect_format, import_file, import_text
-from kilo_rules.session import TextPart
+from kilo_rules.engine.base.errors import ImportFormatError
+from kilo_rules.engine.formats.session import TextPart
+from kilo_rules.engine.importers import FORMATS, detect_format, import_file, import_text
 
 LOGS = [
     ("claude_code", SUBAGENT),
@@ -394,8 +394,8 @@ def test_bad_embedded_json_is_kept_as_text() -> None:
 
 
 def test_size_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kilo_rules.importers as importers
-    from kilo_rules.importers import _source, read_session
+    import kilo_rules.engine.importers as importers
+    from kilo_rules.engine.importers import _source, read_session
 
     monkeypatch.setattr(importers, "MAX_BYTES", 100)
     monkeypatch.setattr(_source, "MAX_BYTES", 100)

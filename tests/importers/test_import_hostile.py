@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.cli import main
-from kilo_rules.errors import ImportFormatError
-from kilo_rules.importers import import_file, import_text, read_session_text
+from kilo_rules.engine.base.errors import ImportFormatError
+from kilo_rules.engine.importers import import_file, import_text, read_session_text
+from kilo_rules.tools.cli import main
 
 HUGE = "8" * 5000
 
@@ -65,7 +65,7 @@ def test_huge_numbers_in_tool_call_arguments_are_kept_as_text() -> None:
 
 
 def test_a_huge_return_code_in_an_observation_is_no_return_code() -> None:
-    from kilo_rules.importers.mini_swe_agent import observation_meta
+    from kilo_rules.engine.importers.mini_swe_agent import observation_meta
 
     assert observation_meta(f"<returncode>{HUGE}</returncode>") == {}
     assert observation_meta("<returncode>-2</returncode>") == {"returncode": -2}

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from importer_helpers import check_session, largest_result, result_text, shared_log, tool_parts
 
-from kilo_rules.importers import detect_format, import_file
-from kilo_rules.session import Session, TextPart, ToolPart
+from kilo_rules.engine.formats.session import Session, TextPart, ToolPart
+from kilo_rules.engine.importers import detect_format, import_file
 
 V1 = "mini-swe-agent-v1-gemini3pro-pylint-6528.traj.json"
 V2 = "mini-swe-agent-v2-deepseek-sqlfluff-1733.traj.json"

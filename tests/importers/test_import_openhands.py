@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from importer_helpers import check_session, largest_result, result_text, shared_log, tool_parts
 
-from kilo_rules.errors import ImportFormatError
-from kilo_rules.importers import detect_format, import_file
-from kilo_rules.session import Session
+from kilo_rules.engine.base.errors import ImportFormatError
+from kilo_rules.engine.formats.session import Session
+from kilo_rules.engine.importers import detect_format, import_file
 
 LOG = "openhands-llama4-multiswebench-output.jsonl"
 

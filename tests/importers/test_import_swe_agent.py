@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from importer_helpers import SWE_AGENT, check_session, largest_result, result_text, tool_parts
 
-from kilo_rules.importers import detect_format, import_file
-from kilo_rules.session import Session, TextPart
+from kilo_rules.engine.formats.session import Session, TextPart
+from kilo_rules.engine.importers import detect_format, import_file
 
 
 @pytest.fixture(scope="module")

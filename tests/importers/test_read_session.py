@@ -14,9 +14,9 @@ from importer_helpers import SWE_AGENT
 
 import kilo_rules
 from kilo_rules import MultipleRunsWarning, read_session
-from kilo_rules.cli import main
-from kilo_rules.errors import ImportFormatError, Location, SessionError
-from kilo_rules.session import dump_session
+from kilo_rules.engine.base.errors import ImportFormatError, Location, SessionError
+from kilo_rules.engine.formats.session import dump_session
+from kilo_rules.tools.cli import main
 
 V1 = json.dumps(
     {
@@ -138,7 +138,7 @@ def test_one_run_of_many_read_without_run_is_a_warning_naming_the_choice() -> No
         read_session(text=_run(5))  # a file of one run: nothing to choose
         # A Session v1 saved from run 0 remembers the runs of its log; no choice is made.
         read_session(text=dump_session(read_session(text=RUNS, run=0)))
-    from kilo_rules.importers import import_text
+    from kilo_rules.engine.importers import import_text
 
     with pytest.warns(MultipleRunsWarning):
         import_text(RUNS)

@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from kilo_rules.importers import import_file
-from kilo_rules.session import dump_session
+from kilo_rules.engine.formats.session import dump_session
+from kilo_rules.engine.importers import import_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data" / "trajectories"

@@ -4,7 +4,7 @@ A plain module rather than a conftest, so that tests can import it by a unique n
 
 from __future__ import annotations
 
-from kilo_rules.request import (
+from kilo_rules.engine.formats.request import (
     Media,
     ModelMessage,
     ModelRequest,

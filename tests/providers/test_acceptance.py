@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from provider_samples import sample_request
 
-from kilo_rules.errors import CatalogError
-from kilo_rules.plan import CacheSettings
-from kilo_rules.providers import APIS, render
-from kilo_rules.providers.acceptance import RULES, BodyContext, check_body, rules_for
-from kilo_rules.request import ModelRequest
-from kilo_rules.runtime.cache import place_markers
+from kilo_rules.engine.base.errors import CatalogError
+from kilo_rules.engine.compiler.plan import CacheSettings
+from kilo_rules.engine.formats.request import ModelRequest
+from kilo_rules.engine.providers import APIS, render
+from kilo_rules.engine.providers.acceptance import RULES, BodyContext, check_body, rules_for
+from kilo_rules.engine.runtime.cache import place_markers
 
 Mutate = Callable[[Any], None]
 
@@ -641,8 +641,8 @@ def test_the_docs_table_lists_every_rule_for_every_api() -> None:
     import re
     from pathlib import Path
 
-    from kilo_rules.providers import APIS
-    from kilo_rules.providers.acceptance import rules_for
+    from kilo_rules.engine.providers import APIS
+    from kilo_rules.engine.providers.acceptance import rules_for
 
     text = (Path(__file__).parents[2] / "docs" / "acceptance.md").read_text("utf-8")
     rows = [line for line in text.splitlines() if line.startswith("| ")]

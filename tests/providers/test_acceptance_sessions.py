@@ -35,18 +35,18 @@ from typing import Any
 import pytest
 from wire_checks import check
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.errors import ContextOverflowError, Diagnostic
-from kilo_rules.importers import import_file
-from kilo_rules.plan import Plan
-from kilo_rules.providers import signature_issuer
-from kilo_rules.providers.acceptance import BodyContext, check_body
-from kilo_rules.runtime.facade import Runtime, StepResult
-from kilo_rules.runtime.measure import JsonCache, measure
-from kilo_rules.session import Message, Session, TokenUsage
-from kilo_rules.simulate import MAX_OVERFLOW_RETRIES, without_recorded_compactions
-from kilo_rules.summarizers import ExtractiveSummarizer
-from kilo_rules.tokens import estimate
+from kilo_rules.engine.base.errors import ContextOverflowError, Diagnostic
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.compiler.plan import Plan
+from kilo_rules.engine.formats.session import Message, Session, TokenUsage
+from kilo_rules.engine.importers import import_file
+from kilo_rules.engine.providers import signature_issuer
+from kilo_rules.engine.providers.acceptance import BodyContext, check_body
+from kilo_rules.engine.runtime.facade import Runtime, StepResult
+from kilo_rules.engine.runtime.measure import JsonCache, measure
+from kilo_rules.engine.summarizers import ExtractiveSummarizer
+from kilo_rules.engine.text.tokens import estimate
+from kilo_rules.tools.simulation.simulate import MAX_OVERFLOW_RETRIES, without_recorded_compactions
 from tests.runtime.helpers import model
 
 ROOT = Path(__file__).resolve().parents[2]

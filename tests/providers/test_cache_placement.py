@@ -6,9 +6,8 @@ from dataclasses import replace
 
 from provider_samples import ENV, sample_request
 
-from kilo_rules.plan import CacheSettings
-from kilo_rules.providers import count_markers, render
-from kilo_rules.request import (
+from kilo_rules.engine.compiler.plan import CacheSettings
+from kilo_rules.engine.formats.request import (
     CacheMark,
     Media,
     ModelMessage,
@@ -18,7 +17,8 @@ from kilo_rules.request import (
     ToolCall,
     ToolResult,
 )
-from kilo_rules.runtime.cache import place_markers
+from kilo_rules.engine.providers import count_markers, render
+from kilo_rules.engine.runtime.cache import place_markers
 
 
 def marks(request: ModelRequest) -> list[str]:

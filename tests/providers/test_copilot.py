@@ -10,13 +10,10 @@ import pytest
 from provider_samples import sample_request
 from wire_checks import check
 
-from kilo_rules.catalog import bundled_catalog
-from kilo_rules.compile import compile_policy
-from kilo_rules.plan import CacheSettings
-from kilo_rules.providers import PROVIDER_BREAKPOINT_LIMITS, count_markers, endpoint, render
-from kilo_rules.providers._shared import sanitize_call_id
-from kilo_rules.providers.acceptance import check_body
-from kilo_rules.request import (
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.compiler.plan import CacheSettings
+from kilo_rules.engine.formats.catalog import bundled_catalog
+from kilo_rules.engine.formats.request import (
     CacheMark,
     Media,
     ModelMessage,
@@ -27,9 +24,12 @@ from kilo_rules.request import (
     ToolResult,
     ToolSpec,
 )
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.cache import place_markers
-from kilo_rules.runtime.context import StepInput
+from kilo_rules.engine.providers import PROVIDER_BREAKPOINT_LIMITS, count_markers, endpoint, render
+from kilo_rules.engine.providers._shared import sanitize_call_id
+from kilo_rules.engine.providers.acceptance import check_body
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.cache import place_markers
+from kilo_rules.engine.runtime.context import StepInput
 from tests.runtime.helpers import assistant, session, text, tool, user
 
 API = "copilot"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from provider_samples import sample_request
 
-from kilo_rules.plan import CacheSettings
-from kilo_rules.providers import APIS, endpoint, render
-from kilo_rules.request import ModelRequest
-from kilo_rules.runtime.cache import place_markers
+from kilo_rules.engine.compiler.plan import CacheSettings
+from kilo_rules.engine.formats.request import ModelRequest
+from kilo_rules.engine.providers import APIS, endpoint, render
+from kilo_rules.engine.runtime.cache import place_markers
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
-from kilo_rules import wireapi
-from kilo_rules.catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS, known_values
-from kilo_rules.compile import compile_policy
-from kilo_rules.errors import CatalogError
-from kilo_rules.providers import (
+from kilo_rules.engine.base.errors import CatalogError
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats import wireapi
+from kilo_rules.engine.formats.catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS, known_values
+from kilo_rules.engine.formats.request import ModelRequest, Text
+from kilo_rules.engine.formats.session import Session
+from kilo_rules.engine.providers import (
     WireApiSpec,
     count_markers,
     endpoint,
@@ -23,13 +25,11 @@ from kilo_rules.providers import (
     render,
     unregister,
 )
-from kilo_rules.providers._api_rules import ApiRules
-from kilo_rules.providers.acceptance import RULES, check_body, rules_for
-from kilo_rules.request import ModelRequest, Text
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput
-from kilo_rules.serversim import ServerEdits
-from kilo_rules.session import Session
+from kilo_rules.engine.providers._api_rules import ApiRules
+from kilo_rules.engine.providers.acceptance import RULES, check_body, rules_for
+from kilo_rules.engine.providers.serversim import ServerEdits
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput
 from tests.runtime.helpers import assistant, model, session, text, tool, user
 
 NAME = "made-up-wire"

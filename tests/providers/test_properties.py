@@ -18,9 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wire_checks import check
 
-from kilo_rules.plan import CacheSettings
-from kilo_rules.providers import APIS, PROVIDER_BREAKPOINT_LIMITS, count_markers, render
-from kilo_rules.request import (
+from kilo_rules.engine.compiler.plan import CacheSettings
+from kilo_rules.engine.formats.request import (
     CacheMark,
     Media,
     ModelMessage,
@@ -31,7 +30,8 @@ from kilo_rules.request import (
     ToolResult,
     ToolSpec,
 )
-from kilo_rules.runtime.cache import place_markers
+from kilo_rules.engine.providers import APIS, PROVIDER_BREAKPOINT_LIMITS, count_markers, render
+from kilo_rules.engine.runtime.cache import place_markers
 
 ENV = "<environment_details>\nnow\n</environment_details>"
 texts = st.sampled_from(["", "hello", "fix it", ENV, "résumé ✓"])

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import kilo_rules.providers as providers
-from kilo_rules.errors import CatalogError
-from kilo_rules.providers import APIS, PROVIDER_BREAKPOINT_LIMITS, count_markers, render
-from kilo_rules.providers._shared import sanitize_call_id
-from kilo_rules.request import (
+import kilo_rules.engine.providers as providers
+from kilo_rules.engine.base.errors import CatalogError
+from kilo_rules.engine.formats.request import (
     Media,
     ModelMessage,
     ModelRequest,
@@ -17,6 +15,8 @@ from kilo_rules.request import (
     ToolCall,
     ToolResult,
 )
+from kilo_rules.engine.providers import APIS, PROVIDER_BREAKPOINT_LIMITS, count_markers, render
+from kilo_rules.engine.providers._shared import sanitize_call_id
 
 
 def round_trip(result: ToolResult, call_id: str = "c1") -> ModelRequest:

@@ -11,12 +11,9 @@ import pytest
 from provider_samples import PDF, PNG, sample_request
 from wire_checks import check
 
-from kilo_rules.catalog import bundled_catalog
-from kilo_rules.plan import CacheSettings
-from kilo_rules.providers import count_markers, endpoint, render
-from kilo_rules.providers.acceptance import BodyContext, check_body
-from kilo_rules.providers.openai_responses import MAX_CALL_ID, call_id
-from kilo_rules.request import (
+from kilo_rules.engine.compiler.plan import CacheSettings
+from kilo_rules.engine.formats.catalog import bundled_catalog
+from kilo_rules.engine.formats.request import (
     CacheMark,
     Media,
     ModelMessage,
@@ -26,7 +23,10 @@ from kilo_rules.request import (
     ToolCall,
     ToolResult,
 )
-from kilo_rules.runtime.cache import place_markers
+from kilo_rules.engine.providers import count_markers, endpoint, render
+from kilo_rules.engine.providers.acceptance import BodyContext, check_body
+from kilo_rules.engine.providers.openai_responses import MAX_CALL_ID, call_id
+from kilo_rules.engine.runtime.cache import place_markers
 
 API = "openai-responses"
 MARK = CacheMark()
@@ -424,10 +424,10 @@ def test_spec_9_1_codex_sends_the_system_prompt_as_instructions() -> None:
     """request.ts@0361076:119-127: on the Responses API (Codex) the system prompt goes as
     `instructions` and no system messages are sent; a reasoning model asks for its
     encrypted reasoning back."""
-    from kilo_rules.compile import compile_policy
-    from kilo_rules.runtime.apply import apply_plan
-    from kilo_rules.runtime.context import StepInput
-    from kilo_rules.session import Message, Session, TextPart
+    from kilo_rules.engine.compiler.compile import compile_policy
+    from kilo_rules.engine.formats.session import Message, Session, TextPart
+    from kilo_rules.engine.runtime.apply import apply_plan
+    from kilo_rules.engine.runtime.context import StepInput
 
     codex = bundled_catalog().get("openai/gpt-5-codex")
     s = Session(

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from wire_checks import check
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput
-from kilo_rules.session import Session
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.session import Session
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput
 from tests.runtime.helpers import assistant, session, tool, user
 
 POLICY = """\
@@ -127,7 +127,7 @@ def test_keep_all_thinking(tmp_path: Path) -> None:
 
 
 def test_a_bad_server_section_is_a_located_error(tmp_path: Path) -> None:
-    from kilo_rules.check import check_paths
+    from kilo_rules.tools.checking.check import check_paths
 
     path = tmp_path / "bad.yaml"
     path.write_text(

@@ -7,11 +7,9 @@ import json
 
 import pytest
 
-from kilo_rules.catalog import signature_issuer
-from kilo_rules.plan import CacheSettings
-from kilo_rules.providers import APIS, render
-from kilo_rules.providers.gemini import FOREIGN_CALL_SIGNATURE, requires_call_signatures
-from kilo_rules.request import (
+from kilo_rules.engine.compiler.plan import CacheSettings
+from kilo_rules.engine.formats.catalog import signature_issuer
+from kilo_rules.engine.formats.request import (
     CacheMark,
     ModelMessage,
     ModelRequest,
@@ -20,10 +18,12 @@ from kilo_rules.request import (
     ToolCall,
     ToolResult,
 )
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.cache import place_markers
-from kilo_rules.runtime.lower import LowerSettings, lower
-from kilo_rules.session import Message, ReasoningPart, TextPart, ToolPart
+from kilo_rules.engine.formats.session import Message, ReasoningPart, TextPart, ToolPart
+from kilo_rules.engine.providers import APIS, render
+from kilo_rules.engine.providers.gemini import FOREIGN_CALL_SIGNATURE, requires_call_signatures
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.cache import place_markers
+from kilo_rules.engine.runtime.lower import LowerSettings, lower
 
 BLANK = "\n\n"
 MARK = CacheMark()
@@ -295,9 +295,9 @@ def test_lowering_records_who_signed() -> None:
 def test_the_suite_checks_every_body_the_engine_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     # tests/conftest.py wraps Plan.apply; with the blank-text rule undone, a Claude Code
     # style turn ("\n\n" text before a tool call) must be refused by that wrapper.
-    import kilo_rules.providers.anthropic as anthropic
-    from kilo_rules.compile import compile_policy
-    from kilo_rules.runtime.context import StepInput
+    import kilo_rules.engine.providers.anthropic as anthropic
+    from kilo_rules.engine.compiler.compile import compile_policy
+    from kilo_rules.engine.runtime.context import StepInput
     from tests.runtime.helpers import assistant, session, text, tool, user
 
     log = session(

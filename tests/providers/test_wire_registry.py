@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import get_args
 
-from kilo_rules import wireapi
-from kilo_rules.catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS, WireApi
-from kilo_rules.policy import Cache
-from kilo_rules.providers import APIS, anthropic, registry
-from kilo_rules.providers.acceptance import RULES
+from kilo_rules.engine.formats import wireapi
+from kilo_rules.engine.formats.catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS, WireApi
+from kilo_rules.engine.formats.policy import Cache
+from kilo_rules.engine.providers import APIS, anthropic, registry
+from kilo_rules.engine.providers.acceptance import RULES
 
 
 def test_wire_api_literal_is_the_builtin_facts() -> None:

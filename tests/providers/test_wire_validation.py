@@ -12,9 +12,8 @@ import pytest
 from provider_samples import sample_request
 from wire_checks import check
 
-from kilo_rules.plan import CacheSettings
-from kilo_rules.providers import render
-from kilo_rules.request import (
+from kilo_rules.engine.compiler.plan import CacheSettings
+from kilo_rules.engine.formats.request import (
     Media,
     ModelMessage,
     ModelRequest,
@@ -23,7 +22,8 @@ from kilo_rules.request import (
     ToolCall,
     ToolResult,
 )
-from kilo_rules.runtime.cache import place_markers
+from kilo_rules.engine.providers import render
+from kilo_rules.engine.runtime.cache import place_markers
 
 
 def marked(request: ModelRequest, **settings: Any) -> ModelRequest:

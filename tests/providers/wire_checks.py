@@ -10,7 +10,7 @@ Extensions of a Chat Completions server (OpenAI-compatible ``cache_control``, Co
 ``copilot_cache_control``, a reasoning field) are checked on their own and taken out
 before the body meets the OpenAI type. Responses API bodies meet the SDK's
 ``ResponseCreateParamsNonStreaming``; their ``reasoning`` items carry no ``id`` (see
-``kilo_rules.providers.openai_responses``), so the check gives each a stand-in id, the one
+``kilo_rules.engine.providers.openai_responses``), so the check gives each a stand-in id, the one
 field the SDK type requires that an input item sent back with ``store: false`` leaves out.
 """
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilo_rules.catalog import ModelInfo, model_from_data
-from kilo_rules.session import (
+from kilo_rules.engine.formats.catalog import ModelInfo, model_from_data
+from kilo_rules.engine.formats.session import (
     Message,
     Session,
     TextPart,

@@ -12,13 +12,8 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.checks import MAX_FILE_BYTES
-from kilo_rules.compile import compile_policy
-from kilo_rules.runtime.apply import apply_plan, run
-from kilo_rules.runtime.context import StepInput, Workspace
-from kilo_rules.runtime.lower import LowerSettings, lower, lowering_key
-from kilo_rules.runtime.memo import ContentKey, ContentMemo, UnkeyableError, data_key
-from kilo_rules.session import (
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.session import (
     ApprovalPart,
     CompactionPart,
     FilePart,
@@ -32,6 +27,11 @@ from kilo_rules.session import (
     ToolTime,
     session_from_json,
 )
+from kilo_rules.engine.frontend.checks import MAX_FILE_BYTES
+from kilo_rules.engine.runtime.apply import apply_plan, run
+from kilo_rules.engine.runtime.context import StepInput, Workspace
+from kilo_rules.engine.runtime.lower import LowerSettings, lower, lowering_key
+from kilo_rules.engine.runtime.memo import ContentKey, ContentMemo, UnkeyableError, data_key
 
 from .helpers import assistant, model, session, tool, user
 

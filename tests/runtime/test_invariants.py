@@ -14,11 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.providers import count_markers
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput
-from kilo_rules.session import (
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.session import (
     ApprovalPart,
     FilePart,
     Message,
@@ -31,6 +28,9 @@ from kilo_rules.session import (
     ToolPart,
     ToolTime,
 )
+from kilo_rules.engine.providers import count_markers
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput
 
 from .helpers import model
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import read_session
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput, Workspace
-from kilo_rules.session import Session
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.session import Session
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput, Workspace
 
 from .test_trajectories import LOGS, MODELS
 

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.providers import count_markers
-from kilo_rules.providers.acceptance import check_body
-from kilo_rules.runtime.apply import apply_plan, run
-from kilo_rules.runtime.context import StepInput
-from kilo_rules.runtime.measure import messages_json
-from kilo_rules.session import ApprovalPart
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.session import ApprovalPart
+from kilo_rules.engine.providers import count_markers
+from kilo_rules.engine.providers.acceptance import check_body
+from kilo_rules.engine.runtime.apply import apply_plan, run
+from kilo_rules.engine.runtime.context import StepInput
+from kilo_rules.engine.runtime.measure import messages_json
 
 from .helpers import assistant, model, session, text, tool, user
 
@@ -205,7 +205,7 @@ def test_cache_max_marks_the_conversation_for_an_hour() -> None:
 
 
 def test_one_hour_message_marks_need_a_one_hour_ttl(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from kilo_rules.check import check_paths
+    from kilo_rules.tools.checking.check import check_paths
 
     p = tmp_path / "p.yaml"
     p.write_text("version: 1\nname: p\ncache:\n  ttl: 5m\n  message_ttl: 1h\n")

@@ -6,12 +6,19 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.request import Media, ModelMessage, Reasoning, Text, ToolCall, ToolResult
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import Agent, StepInput
-from kilo_rules.runtime.measure import MESSAGE_OVERHEAD, measure, messages_json
-from kilo_rules.tokens import EstimateCounter, TiktokenCounter, estimate
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.request import (
+    Media,
+    ModelMessage,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+)
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import Agent, StepInput
+from kilo_rules.engine.runtime.measure import MESSAGE_OVERHEAD, measure, messages_json
+from kilo_rules.engine.text.tokens import EstimateCounter, TiktokenCounter, estimate
 
 from .helpers import assistant, model, session, text, tool, user
 

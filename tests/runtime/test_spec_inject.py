@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import Agent, StepInput, Workspace
-from kilo_rules.session import ToolPart
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.session import ToolPart
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import Agent, StepInput, Workspace
 
 from .helpers import assistant, model, session, text, tool, user
 

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import base64
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.request import Media, Text, ToolResult
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput
-from kilo_rules.runtime.history import project, turns
-from kilo_rules.runtime.lower import INTERRUPTED, LowerSettings, lower
-from kilo_rules.session import (
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.request import Media, Text, ToolResult
+from kilo_rules.engine.formats.session import (
     CompactionPart,
     FilePart,
     Message,
@@ -19,6 +15,10 @@ from kilo_rules.session import (
     TextPart,
     ToolTime,
 )
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput
+from kilo_rules.engine.runtime.history import project, turns
+from kilo_rules.engine.runtime.lower import INTERRUPTED, LowerSettings, lower
 
 from .helpers import assistant, model, session, text, tool, user
 
@@ -190,7 +190,7 @@ def _one_hour_client_mark() -> Message:
 
 
 def test_client_cache_marks_are_kept_and_counted() -> None:
-    from kilo_rules.providers import count_markers
+    from kilo_rules.engine.providers import count_markers
 
     marked = _one_hour_client_mark()
     s = session(
@@ -207,7 +207,7 @@ def test_client_cache_marks_are_kept_and_counted() -> None:
 
 
 def test_gemini_function_call_signatures_are_sent_back() -> None:
-    from kilo_rules.session import ToolPart
+    from kilo_rules.engine.formats.session import ToolPart
 
     signed = ToolPart(
         id="t1",
@@ -234,7 +234,7 @@ def test_gemini_function_call_signatures_are_sent_back() -> None:
 def test_marks_before_a_client_one_hour_mark_are_raised_to_one_hour() -> None:
     # Anthropic refuses a 1h breakpoint after a 5m one; the policy's own system marks come
     # before the client's 1h mark, so they are raised rather than sent in the wrong order.
-    from kilo_rules.providers.acceptance import check_body
+    from kilo_rules.engine.providers.acceptance import check_body
 
     marked = _one_hour_client_mark()
     s = session(marked, assistant("a1", text("t", "ok")), user("u2", "q"))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.policy import OutputCap
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput
-from kilo_rules.runtime.output import cap_output, max_output_tokens
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.policy import OutputCap
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput
+from kilo_rules.engine.runtime.output import cap_output, max_output_tokens
 
 from .helpers import assistant, model, session, text, user
 
@@ -119,7 +119,7 @@ def test_spec_5_cap_output_decision_table(
 
 
 def test_spec_5_cap_uses_reported_usage_of_last_finished_assistant() -> None:
-    from kilo_rules.session import CacheTokens, TokenUsage
+    from kilo_rules.engine.formats.session import CacheTokens, TokenUsage
 
     m = model(limits={"context": 200_000, "output": 64_000})
     plan = compile_policy("kilo-default", m)

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from kilo_rules import Runtime, apply_mutations, compile_policy, prune_session
-from kilo_rules.errors import PolicyError
-from kilo_rules.plan import Plan
-from kilo_rules.runtime.prune import REASONS
-from kilo_rules.session import Session, ToolPart
-from kilo_rules.settings import Settings
+from kilo_rules.engine.base.errors import PolicyError
+from kilo_rules.engine.base.settings import Settings
+from kilo_rules.engine.compiler.plan import Plan
+from kilo_rules.engine.formats.session import Session, ToolPart
+from kilo_rules.engine.runtime.prune import REASONS
 
 from .helpers import assistant, model, session, tool, user
 

@@ -10,16 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.net import NetworkSettings, use_network
-from kilo_rules.policy import Instructions
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import Agent, Skill, StepInput, Workspace
-from kilo_rules.runtime.system import (
-    assemble,
-    instruction_files,
-    instructions_text,
-)
+from kilo_rules.engine.base.net import NetworkSettings, use_network
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.policy import Instructions
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import Agent, Skill, StepInput, Workspace
+from kilo_rules.engine.runtime.system import assemble, instruction_files, instructions_text
 
 from .helpers import model, session, user
 

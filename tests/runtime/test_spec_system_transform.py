@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.compile import compile_policy
-from kilo_rules.errors import PolicyError
-from kilo_rules.plugins import (
+from kilo_rules.engine.base.errors import PolicyError
+from kilo_rules.engine.base.plugins import (
     SYSTEM_TRANSFORMS_GROUP,
     SystemTransformContext,
     find_system_transform,
@@ -26,9 +25,10 @@ from kilo_rules.plugins import (
     system_transform_names,
     unregister_system_transform,
 )
-from kilo_rules.runtime.apply import StepResult, apply_plan
-from kilo_rules.runtime.context import Agent, StepInput, Workspace
-from kilo_rules.runtime.system import kilo_collapse, transform_system
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.runtime.apply import StepResult, apply_plan
+from kilo_rules.engine.runtime.context import Agent, StepInput, Workspace
+from kilo_rules.engine.runtime.system import kilo_collapse, transform_system
 
 from .helpers import model, session, user
 

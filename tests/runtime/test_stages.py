@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from kilo_rules.compile import RUNTIME_STAGES, compile_policy
-from kilo_rules.runtime.apply import STAGES, apply_plan, run
-from kilo_rules.runtime.context import StepInput
-from kilo_rules.session import Session
+from kilo_rules.engine.compiler.compile import RUNTIME_STAGES, compile_policy
+from kilo_rules.engine.formats.session import Session
+from kilo_rules.engine.runtime.apply import STAGES, apply_plan, run
+from kilo_rules.engine.runtime.context import StepInput
 
 from .helpers import assistant, model, session, text, tool, user
 

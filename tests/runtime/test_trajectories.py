@@ -12,10 +12,10 @@ import jsonschema
 import pytest
 
 from kilo_rules import read_session
-from kilo_rules.compile import compile_policy
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import StepInput
-from kilo_rules.session import Session
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.formats.session import Session
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import StepInput
 
 from ..providers.wire_checks import check
 from .helpers import model

@@ -104,7 +104,7 @@ def serving(app: Any, **limits: Any) -> Iterator[tuple[str, Any]]:
     keep_alive_timeout, max_connections); yields the base URL and the server."""
     import uvicorn
 
-    from kilo_rules.serve.protocol import uvicorn_config
+    from kilo_rules.tools.serving.sidecar.protocol import uvicorn_config
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -132,7 +132,7 @@ def live_factory(tmp_path: Path) -> Iterator[Any]:
     """Start sidecars over stores: ``live_factory(store, **create_app_options)`` (with
     ``tokens=[TOKEN]`` unless the options say otherwise; ``limits={...}`` go to
     :func:`serving`). Each is shut down, and its store closed, at teardown."""
-    from kilo_rules.serve import create_app
+    from kilo_rules.tools.serving.sidecar import create_app
 
     stack = contextlib.ExitStack()
 
@@ -151,7 +151,7 @@ def live_factory(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def live(policy_dir: Path, live_factory: Any, tmp_path: Path) -> Live:
     """A sidecar over ``policy_dir``, writing a decision log to ``tmp_path/decisions.jsonl``."""
-    from kilo_rules.store import PolicyStore
+    from kilo_rules.tools.serving.store import PolicyStore
 
     store = PolicyStore.from_directory(policy_dir)
     result: Live = live_factory(store, decision_log=tmp_path / "decisions.jsonl")

@@ -15,10 +15,10 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
-from kilo_rules.sandbox import allow_read
-from kilo_rules.serve import create_app
-from kilo_rules.serve.access import Access
-from kilo_rules.store import PolicyStore
+from kilo_rules.engine.base.sandbox import allow_read
+from kilo_rules.tools.serving.sidecar import create_app
+from kilo_rules.tools.serving.sidecar.access import Access
+from kilo_rules.tools.serving.store import PolicyStore
 
 from .conftest import MODEL, TOKEN, Live, small_session
 

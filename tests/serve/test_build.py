@@ -13,11 +13,11 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
-from kilo_rules.importers import read_session
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.runtime.context import Agent, StepInput, Workspace
-from kilo_rules.session import dump_session, session_from_data
-from kilo_rules.store import PolicyStore
+from kilo_rules.engine.formats.session import dump_session, session_from_data
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.engine.runtime.context import Agent, StepInput, Workspace
+from kilo_rules.tools.serving.store import PolicyStore
 
 from .conftest import MODEL, RECORDED, TRAJECTORIES, Live, small_session
 
@@ -343,8 +343,14 @@ def test_a_policy_failing_while_applied_is_5xx_a_bad_session_4xx(
     status: int,
     code: str,
 ) -> None:
-    from kilo_rules.errors import Diagnostic, EvalError, Location, PolicyError, SessionError
-    from kilo_rules.runtime import apply
+    from kilo_rules.engine.base.errors import (
+        Diagnostic,
+        EvalError,
+        Location,
+        PolicyError,
+        SessionError,
+    )
+    from kilo_rules.engine.runtime import apply
 
     where = Location("main.yaml", 9, 5)
     error = {

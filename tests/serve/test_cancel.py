@@ -17,12 +17,12 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
-from kilo_rules import cancel
-from kilo_rules.errors import CancellationError
-from kilo_rules.importers import read_session
-from kilo_rules.runtime import apply
-from kilo_rules.session import dump_session
-from kilo_rules.store import PolicyStore
+from kilo_rules.engine.base import cancel
+from kilo_rules.engine.base.errors import CancellationError
+from kilo_rules.engine.formats.session import dump_session
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.runtime import apply
+from kilo_rules.tools.serving.store import PolicyStore
 
 from .conftest import MODEL, TRAJECTORIES, Live, small_session
 
@@ -211,7 +211,7 @@ def test_the_gauge_ends_at_the_count_of_builds_still_running() -> None:
 
     import anyio
 
-    from kilo_rules.serve.slots import Slots
+    from kilo_rules.tools.serving.sidecar.slots import Slots
 
     told: list[int] = []
 

@@ -25,7 +25,7 @@ BLOCKED = """
 import sys
 for name in ("fastapi", "uvicorn", "prometheus_client", "starlette"):
     sys.modules[name] = None  # as if the serve extra were not installed
-from kilo_rules.cli import main
+from kilo_rules.tools.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -46,8 +46,8 @@ def test_without_the_serve_extra_serve_exits_2_naming_the_install(tmp_path: Path
 @pytest.mark.slow
 def test_the_core_package_does_not_import_the_serve_extra() -> None:
     code = (
-        "import sys, kilo_rules, kilo_rules.cli, kilo_rules.store\n"
-        "from kilo_rules.cli import build_parser\n"
+        "import sys, kilo_rules, kilo_rules.tools.cli, kilo_rules.tools.serving.store\n"
+        "from kilo_rules.tools.cli import build_parser\n"
         "build_parser()\n"
         "print(sorted(m for m in ('fastapi', 'uvicorn', 'prometheus_client', 'starlette') "
         "if m in sys.modules))\n"
@@ -146,9 +146,9 @@ def test_serve_answers_then_shuts_down_cleanly_on_sigterm(policy_dir: Path, tmp_
 
 def test_a_signed_bundle_is_served_only_with_its_key(policy_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
-    from kilo_rules.bundle import build_bundle, generate_keypair, sign_bundle
-    from kilo_rules.cli import build_parser
-    from kilo_rules.cli.serve import open_store
+    from kilo_rules.engine.formats.bundle import build_bundle, generate_keypair, sign_bundle
+    from kilo_rules.tools.cli import build_parser
+    from kilo_rules.tools.cli.serve import open_store
 
     bundle = tmp_path / "policies.tar.gz"
     manifest = build_bundle(policy_dir, bundle)
@@ -183,7 +183,7 @@ def test_a_non_loopback_address_without_a_token_refuses_to_start(tmp_path: Path)
 
 
 def test_token_files_and_default_hosts(tmp_path: Path) -> None:
-    from kilo_rules.cli.serve import default_hosts, read_tokens
+    from kilo_rules.tools.cli.serve import default_hosts, read_tokens
 
     good = tmp_path / "tokens"
     good.write_text("# the agents\nabcdefghijklmnop0123\n\nsecond-token-XYZ-0123456\n")
@@ -201,7 +201,7 @@ def test_token_files_and_default_hosts(tmp_path: Path) -> None:
 def test_allow_rollback_reaches_the_store_settings(tmp_path: Path) -> None:
     import argparse
 
-    from kilo_rules.cli.serve import open_store
+    from kilo_rules.tools.cli.serve import open_store
 
     policies = tmp_path / "p"
     policies.mkdir()

@@ -23,7 +23,7 @@ pytest.importorskip("prometheus_client")
 
 import httpx
 
-from kilo_rules.cli import main
+from kilo_rules.tools.cli import main
 
 from .conftest import MODEL, policy_text, small_session
 from .test_cli_serve import free_port
@@ -152,7 +152,7 @@ def test_a_port_in_use_exits_2_saying_so(tmp_path: Path) -> None:
 
 
 def test_the_socket_listens_as_soon_as_it_is_bound() -> None:
-    from kilo_rules.cli.serve import _bind
+    from kilo_rules.tools.cli.serve import _bind
 
     sock = _bind("127.0.0.1", 0)
     try:
@@ -169,7 +169,7 @@ def test_the_socket_listens_as_soon_as_it_is_bound() -> None:
 def test_a_server_that_cannot_start_exits_2_not_3(
     policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    import kilo_rules.cli.serve as serve_cli
+    import kilo_rules.tools.cli.serve as serve_cli
 
     # Two sidecars started at once on one port, both bound with SO_REUSEADDR: the other
     # one listened first, so this one's listen fails when the server starts.
@@ -201,7 +201,7 @@ def test_a_server_uvicorn_cannot_start_exits_2_not_3(
 ) -> None:
     import uvicorn
 
-    import kilo_rules.cli.serve as serve_cli
+    import kilo_rules.tools.cli.serve as serve_cli
 
     def refuses(self: Any, sockets: Any = None) -> None:
         raise SystemExit(3)  # uvicorn's STARTUP_FAILURE, its reason logged by uvicorn

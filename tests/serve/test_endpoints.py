@@ -15,8 +15,13 @@ pytest.importorskip("prometheus_client")
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kilo_rules.serve.decisionlog import MAX_LINE_BYTES, BuildRecord, DecisionLog, encode_line
-from kilo_rules.store import PolicyStore
+from kilo_rules.tools.serving.sidecar.decisionlog import (
+    MAX_LINE_BYTES,
+    BuildRecord,
+    DecisionLog,
+    encode_line,
+)
+from kilo_rules.tools.serving.store import PolicyStore
 
 from .conftest import MODEL, Live, policy_text, small_session, write_policy
 

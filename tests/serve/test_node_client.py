@@ -36,7 +36,7 @@ def run_client(*args: str, token: str | None = TOKEN) -> subprocess.CompletedPro
 @pytest.fixture
 def live(policy_dir: Path, live_factory: Any) -> Live:
     """A sidecar that wants the test token (the client sends it from $KILO_RULES_TOKEN)."""
-    from kilo_rules.store import PolicyStore
+    from kilo_rules.tools.serving.store import PolicyStore
 
     result: Live = live_factory(PolicyStore.from_directory(policy_dir))
     return result

@@ -12,8 +12,8 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
-from kilo_rules.jsonschemas import render
-from kilo_rules.serve import openapi_document
+from kilo_rules.tools.checking.jsonschemas import render
+from kilo_rules.tools.serving.sidecar import openapi_document
 
 from .conftest import Live
 

@@ -18,8 +18,8 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
-from kilo_rules.runtime import apply
-from kilo_rules.store import PolicyStore
+from kilo_rules.engine.runtime import apply
+from kilo_rules.tools.serving.store import PolicyStore
 
 from .conftest import MODEL, TOKEN, Live, small_session
 

@@ -14,7 +14,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
-from kilo_rules.store import PolicyStore
+from kilo_rules.tools.serving.store import PolicyStore
 
 from .conftest import MODEL, TOKEN, Live, policy_text, small_session, write_policy
 

@@ -26,7 +26,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
-from kilo_rules.store import PolicyStore, ReloadResult
+from kilo_rules.tools.serving.store import PolicyStore, ReloadResult
 
 from .conftest import MODEL, ROUTES, Live, small_session
 from .test_endpoints import samples

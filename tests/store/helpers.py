@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.catalog import bundled_catalog
-from kilo_rules.compile import Compiler, default_compiler
-from kilo_rules.plan import Plan
+from kilo_rules.engine.compiler.compile import Compiler, default_compiler
+from kilo_rules.engine.compiler.plan import Plan
+from kilo_rules.engine.formats.catalog import bundled_catalog
 
 from ..runtime.helpers import assistant, session, text, user
 

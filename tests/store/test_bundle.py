@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import kilo_rules.store as store_module
+import kilo_rules.tools.serving.store as store_module
 from kilo_rules import PolicyStore, StoreError, StoreSettings
-from kilo_rules.bundle import build_bundle, generate_keypair, sign_bundle
+from kilo_rules.engine.formats.bundle import build_bundle, generate_keypair, sign_bundle
 
 from ..runtime.helpers import model
 from .helpers import RELEASES, SESSION, marker_of, wait_for, write_tree

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-import kilo_rules.store as store_module
+import kilo_rules.tools.serving.store as store_module
 from kilo_rules import PolicyStore
-from kilo_rules.errors import EvalError
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.store import CANARY_SESSION
+from kilo_rules.engine.base.errors import EvalError
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.tools.serving.store import CANARY_SESSION
 
 from .helpers import FIRST, POLICY, ROUTES, SESSION, SONNET, marker_of, write_tree
 
@@ -122,8 +122,8 @@ def test_the_canary_session_is_a_call_and_its_result() -> None:
 def test_a_canary_that_never_ends_is_stopped_and_refuses(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kilo_rules import cancel
-    from kilo_rules.runtime import apply
+    from kilo_rules.engine.base import cancel
+    from kilo_rules.engine.runtime import apply
 
     with PolicyStore.from_directory(tree) as store:
         good = store.revision

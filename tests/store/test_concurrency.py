@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kilo_rules import PolicyStore, ReloadResult, StoreSettings
-from kilo_rules.bundle import directory_revision
+from kilo_rules.engine.formats.bundle import directory_revision
 
 from ..runtime.helpers import model
 from .helpers import SESSION, break_tree, marker_of, write_tree

@@ -11,14 +11,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-import kilo_rules.store as store_module
+import kilo_rules.tools.serving.store as store_module
 from kilo_rules import PolicyStore, ReloadResult, StoreError, StoreSettings
-from kilo_rules.bundle import directory_revision
-from kilo_rules.catalog import bundled_catalog
-from kilo_rules.errors import CatalogError, PolicyError
-from kilo_rules.runtime.apply import StepResult, apply_plan
-from kilo_rules.sandbox import allow_read
-from kilo_rules.store import CANARY_SESSION
+from kilo_rules.engine.base.errors import CatalogError, PolicyError
+from kilo_rules.engine.base.sandbox import allow_read
+from kilo_rules.engine.formats.bundle import directory_revision
+from kilo_rules.engine.formats.catalog import bundled_catalog
+from kilo_rules.engine.runtime.apply import StepResult, apply_plan
+from kilo_rules.tools.serving.store import CANARY_SESSION
 
 from ..runtime.helpers import model
 from .helpers import (

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from kilo_rules import PolicyStore, StoreSettings
-from kilo_rules.catalog import ModelInfo, bundled_catalog, model_from_data
-from kilo_rules.errors import CatalogError, ModelUnservableError
-from kilo_rules.session import dump_session
+from kilo_rules.engine.base.errors import CatalogError, ModelUnservableError
+from kilo_rules.engine.formats.catalog import ModelInfo, bundled_catalog, model_from_data
+from kilo_rules.engine.formats.session import dump_session
 
 from .helpers import (
     FIRST,
@@ -145,7 +145,7 @@ def _post(app: Any, body: dict[str, Any]) -> Any:
 
 def test_one_unauthenticated_caller_cannot_block_a_rollout_of_the_sidecar(tree: Path) -> None:
     pytest.importorskip("fastapi")
-    from kilo_rules.serve import create_app
+    from kilo_rules.tools.serving.sidecar import create_app
 
     session = json.loads(dump_session(SESSION))
     with PolicyStore.from_directory(tree) as store:

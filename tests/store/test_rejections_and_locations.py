@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kilo_rules import PolicyStore, StoreError
-from kilo_rules.bundle import build_bundle
-from kilo_rules.errors import EvalError
+from kilo_rules.engine.base.errors import EvalError
+from kilo_rules.engine.formats.bundle import build_bundle
 
 from ..runtime.helpers import model
 from .helpers import (
@@ -30,7 +30,7 @@ from .helpers import (
 
 __all__ = ["compiles"]  # the fixture, imported for pytest
 
-STORE_LOG = "kilo_rules.store"
+STORE_LOG = "kilo_rules.tools.serving.store"
 #: One logged diagnostic: ``file:line:col: severity[code]: message``.
 LINE = re.compile(r"^(?P<file>[^:]+):\d+:\d+: (error|warning)\[(?P<code>[\w.-]+)\]: .+$")
 

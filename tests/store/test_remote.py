@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from kilo_rules import PolicyStore, StoreError, StoreSettings
-from kilo_rules.bundle import build_bundle, generate_keypair, sign_bundle
-from kilo_rules.net import NetworkSettings
-from kilo_rules.store import backoff_delay
+from kilo_rules.engine.base.net import NetworkSettings
+from kilo_rules.engine.formats.bundle import build_bundle, generate_keypair, sign_bundle
+from kilo_rules.tools.serving.store import backoff_delay
 
 from ..hostile_server import running
 from ..runtime.helpers import model

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kilo_rules import PolicyStore, StoreSettings
-from kilo_rules.bundle import (
+from kilo_rules.engine.formats.bundle import (
     MANIFEST,
     BundleError,
     Manifest,

@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from kilo_rules import PolicyStore, StoreError, StoreSettings
-from kilo_rules.compile import compile_policy
-from kilo_rules.importers import import_file
-from kilo_rules.runtime.apply import apply_plan
-from kilo_rules.store import default_cache_dir
+from kilo_rules.engine.compiler.compile import compile_policy
+from kilo_rules.engine.importers import import_file
+from kilo_rules.engine.runtime.apply import apply_plan
+from kilo_rules.tools.serving.store import default_cache_dir
 
 from ..runtime.helpers import model
 from .helpers import SESSION, marker_of, write_tree

@@ -1,1 +1,1 @@
-"""Tests of kilo_rules.summarizers."""
+"""Tests of kilo_rules.engine.summarizers."""

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kilo_rules.importers import read_session
-from kilo_rules.request import (
+from kilo_rules.engine.formats.request import (
     Media,
     ModelMessage,
     Part,
@@ -20,10 +19,11 @@ from kilo_rules.request import (
     ToolCall,
     ToolResult,
 )
-from kilo_rules.runtime.lower import LowerSettings, lower
-from kilo_rules.summarize import Summarizer, SummaryRequest
-from kilo_rules.summarizers import ExtractiveSummarizer, extractive
-from kilo_rules.summarizers._shared import DEFAULT_HEADINGS, parse_headings
+from kilo_rules.engine.importers import read_session
+from kilo_rules.engine.runtime.lower import LowerSettings, lower
+from kilo_rules.engine.summarizers import ExtractiveSummarizer, extractive
+from kilo_rules.engine.summarizers._shared import DEFAULT_HEADINGS, parse_headings
+from kilo_rules.engine.summarizers.protocol import Summarizer, SummaryRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = (ROOT / "policies/prompts/summary-template.md").read_text(encoding="utf-8")

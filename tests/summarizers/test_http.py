@@ -7,10 +7,10 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from kilo_rules.errors import KiloRulesError
-from kilo_rules.request import ModelMessage, Text, ToolCall, ToolResult
-from kilo_rules.summarize import Summarizer, SummarizerError, SummaryRequest
-from kilo_rules.summarizers import ANTHROPIC_VERSION, HttpSummarizer
+from kilo_rules.engine.base.errors import KiloRulesError
+from kilo_rules.engine.formats.request import ModelMessage, Text, ToolCall, ToolResult
+from kilo_rules.engine.summarizers import ANTHROPIC_VERSION, HttpSummarizer
+from kilo_rules.engine.summarizers.protocol import Summarizer, SummarizerError, SummaryRequest
 
 from .conftest import Reply, ScriptedServer
 
@@ -337,7 +337,7 @@ def test_retry_after_as_an_http_date(server: ScriptedServer) -> None:
 
 
 def test_public_api_is_sorted_and_documented() -> None:
-    import kilo_rules.summarizers as pkg
+    import kilo_rules.engine.summarizers as pkg
 
     assert list(pkg.__all__) == sorted(pkg.__all__)
     for name in pkg.__all__:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.net import NetworkSettings
-from kilo_rules.summarize import SummarizerError, SummaryRequest
-from kilo_rules.summarizers import HttpSummarizer
-from kilo_rules.summarizers.http import DEFAULT_MAX_SUMMARY_CHARS, reply_text
+from kilo_rules.engine.base.net import NetworkSettings
+from kilo_rules.engine.summarizers import HttpSummarizer
+from kilo_rules.engine.summarizers.http import DEFAULT_MAX_SUMMARY_CHARS, reply_text
+from kilo_rules.engine.summarizers.protocol import SummarizerError, SummaryRequest
 
 from ..hostile_server import HostileServer, elapsed, hostile
 from .conftest import Reply, ScriptedServer

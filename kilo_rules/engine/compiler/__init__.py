@@ -1,0 +1,1 @@
+"""compile(policy, model) → Plan: the stage table and the frozen Plan it produces."""

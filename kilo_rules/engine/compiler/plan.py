@@ -1,0 +1,357 @@
+"""The Plan: a policy compiled for one model. Frozen, printable, serialisable.
+
+Everything that depends only on the model is decided here, with the location in the policy
+that decided it; what depends on the session is kept as compiled expressions evaluated per
+step. Each decision is also callable alone (``plan.value("budget.usable")``,
+``plan.prompt``, ``plan.cache_settings()``...), so a rule can be tested without a turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from kilo_rules.engine.base.errors import Diagnostic, Location
+from kilo_rules.engine.base.frozen import FrozenDict, freeze
+from kilo_rules.engine.formats.catalog import ModelInfo
+from kilo_rules.engine.formats.policy import OutputCap, PolicyBody
+from kilo_rules.engine.frontend.expr import CompiledExpr
+
+if TYPE_CHECKING:
+    from kilo_rules.engine.text.truncate import TruncateResult
+
+
+def _seconds(value: Any) -> int | None:
+    """A retention given as seconds or as a duration such as ``7d`` (the expression
+    language's duration literal)."""
+    from kilo_rules.engine.frontend.expr.parser import decode_duration
+
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        return decode_duration(text)
+    except (AssertionError, KeyError, ValueError):
+        return None
+
+
+def _rel_file(file: str) -> str:
+    return Location(file, 1, 1).relative().file
+
+
+def transforms_line(transforms: Sequence[str], collapse: str) -> str:
+    """The plan output's line for the system transforms a step runs and the collapse
+    rule after them."""
+    return f"  system transforms: {', '.join(transforms) or 'none'} (then collapse {collapse})"
+
+
+def _rel(loc: Location) -> str:
+    return str(loc.relative())
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkModel:
+    """Kilo's ``model'`` for chunked compaction: the usable window and the output budget
+    of the same model with its output capped at ``compaction.chunking.output_max``."""
+
+    usable: int
+    output: int
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """The compiled cache policy for one model.
+
+    ``enabled`` is the policy gate's result for this model. ``budget`` is the most marks
+    the request may carry in total, already capped by the caller to the provider's limit.
+    """
+
+    rule: Literal["kilo", "auto", "none"] = "kilo"
+    enabled: bool = True
+    placement: Literal["message", "last-part"] = "message"
+    system_first: int = 2
+    non_system_last: int = 2
+    last_tool: bool = True
+    last_system: bool = True
+    latest_user_message: bool = True
+    latest_assistant: bool = False
+    rolling: int = 0
+    budget: int = 4
+    ttl: Literal["5m", "1h"] | None = None
+    message_ttl: Literal["5m", "1h"] | None = None  # conversation marks; None: same as ttl
+    skip_trailing_environment: bool = False
+    respect_automatic: bool = True
+    automatic_enabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CapDecision:
+    """The cap sent, and which row of the decision table chose it."""
+
+    value: int | None
+    rule: str
+    estimated: int | None = None
+    tokens: int | None = None
+    available: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """A policy value: decided at compile time (``dynamic`` false) or per step."""
+
+    name: str
+    value: Any
+    location: Location
+    expression: str | None
+    dynamic: bool
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value, "at": str(self.location)}
+        if self.expression is not None:
+            out["expression"] = self.expression
+        if self.dynamic:
+            out["dynamic"] = True
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PromptChoice:
+    """The family prompt the selection rules chose."""
+
+    rule: str | None
+    file: str
+    location: Location
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPlan:
+    """One system layer; ``condition`` is set when it must be decided per step."""
+
+    id: str
+    source: str
+    location: Location
+    text: str | None
+    condition: CompiledExpr | None = None
+    replaces: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled policy for one model."""
+
+    policy: str
+    policy_file: str
+    revision: str
+    model: ModelInfo
+    config: dict[str, Any]
+    data: dict[str, Any]
+    overrides: tuple[str, ...]
+    values: dict[str, Value]
+    dynamic: tuple[tuple[str, CompiledExpr], ...]
+    prompt: PromptChoice | None
+    layers: tuple[LayerPlan, ...]
+    cache: dict[str, Any]
+    stages: tuple[str, ...]
+    static_context: dict[str, Any] = field(repr=False)
+    _locate: Callable[[tuple[str | int, ...]], Location] = field(repr=False, compare=False)
+    #: The policy's typed settings for this model: each knob validated, at the model's
+    #: default when the policy leaves it out, model-only expressions already evaluated.
+    settings: PolicyBody = field(default_factory=PolicyBody, repr=False)
+    #: The summary template text (``compaction.summary.template``), read at compile.
+    summary_template: str = ""
+    #: The window of chunked compaction's summary requests (None: chunking is off).
+    chunk_model: ChunkModel | None = None
+    #: What compile found doubtful for this model (a window with no room left, ...).
+    warnings: tuple[Diagnostic, ...] = ()
+    #: Caches that let the next step reuse this step's work (see runtime.memo). The one
+    #: mutable field: it holds derived data only, never a decision.
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("config", "data", "cache", "static_context"):
+            object.__setattr__(self, name, freeze(getattr(self, name)))
+        values = {k: replace(v, value=freeze(v.value)) for k, v in self.values.items()}
+        object.__setattr__(self, "values", FrozenDict(values))
+
+    # ------------------------------------------------------------------ single decisions
+
+    def locate(self, dotted: str) -> Location:
+        """Where a setting of the effective policy was written."""
+        return self._locate(tuple(dotted.split(".")))
+
+    def where(self, dotted: str | None) -> Location | None:
+        """Where the rule behind a decision is written; None for a decision that no setting
+        makes (or a setting the policy cannot place)."""
+        if dotted is None:
+            return None
+        try:
+            return self.locate(dotted)
+        except Exception:  # a lookup failure must never fail the step it explains
+            return None
+
+    def context(self, dynamic: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """An evaluation context: static values plus ``dynamic`` names, with every
+        per-step policy value evaluated in order."""
+        ctx = dict(self.static_context)
+        if dynamic:
+            ctx.update(dynamic)
+        for name, compiled in self.dynamic:
+            ctx[name] = compiled(ctx)
+        return ctx
+
+    def value(self, name: str, dynamic: Mapping[str, Any] | None = None) -> Any:
+        """A policy value by dotted name (``budget.usable``); per-step values need the
+        session/request names they read in ``dynamic``."""
+        v = self.values.get(name)
+        if v is None:
+            raise KeyError(name)
+        if not v.dynamic:
+            return v.value
+        return self.context(dynamic)[name]
+
+    def cache_settings(self, *, automatic_enabled: bool = False) -> CacheSettings:
+        """The cache-marker settings for this model."""
+
+        c = self.cache
+        return CacheSettings(
+            rule=c["rule"],
+            enabled=c["enabled"],
+            placement=c["placement"],
+            system_first=c["system_first"],
+            non_system_last=c["non_system_last"],
+            last_tool=c["last_tool"],
+            last_system=c["last_system"],
+            latest_user_message=c["latest_user_message"],
+            latest_assistant=c["latest_assistant"],
+            rolling=c["rolling"],
+            budget=c["budget"],
+            ttl=c["ttl"],
+            message_ttl=c.get("message_ttl"),
+            skip_trailing_environment=c["skip_trailing_environment"],
+            respect_automatic=c["respect_automatic"],
+            automatic_enabled=automatic_enabled,
+        )
+
+    def usable(self, dynamic: Mapping[str, Any] | None = None) -> int:
+        """The usable input window (``budget.usable``, spec §3)."""
+        return int(self.value("budget.usable", dynamic))
+
+    def cap_settings(self) -> OutputCap:
+        """``output.cap.*``: the capOutputTokens constants."""
+        return self.settings.output.cap
+
+    def truncate_tool_output(
+        self, text: str, *, call_id: str, task_enabled: bool = True
+    ) -> TruncateResult:
+        """Cut a tool's output as ``tool_output.*`` says (spec §11.1), spilling the full text
+        to ``tool_output.spill_dir`` and removing spilled files older than the retention."""
+        from pathlib import Path
+
+        from kilo_rules.engine.text.truncate import cleanup_spill_dir, truncate_output
+
+        t = self.settings.tool_output
+        spill = Path(t.spill_dir).expanduser()
+        retention = _seconds(t.retention)
+        if retention is not None and spill.is_dir():
+            cleanup_spill_dir(spill, retention_seconds=retention)
+        return truncate_output(
+            text,
+            spill_dir=spill,
+            call_id=call_id,
+            max_lines=t.max_lines,
+            max_bytes=t.max_bytes,
+            direction=t.direction,
+            task_enabled=task_enabled,
+        )
+
+    # ------------------------------------------------------------------ output
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (stable field names)."""
+        return {
+            "policy": self.policy,
+            "policy_file": self.policy_file,
+            "revision": self.revision,
+            "model": self.model.model_dump(mode="json", exclude_none=True),
+            "config": self.config,
+            "overrides": list(self.overrides),
+            "values": {k: v.to_json() for k, v in self.values.items()},
+            "prompt": None
+            if self.prompt is None
+            else {
+                "rule": self.prompt.rule,
+                "file": self.prompt.file,
+                "at": str(self.prompt.location),
+                "chars": len(self.prompt.text),
+            },
+            "layers": [
+                {
+                    "id": layer.id,
+                    "source": layer.source,
+                    "at": str(layer.location),
+                    **({"when": layer.condition.text} if layer.condition else {}),
+                }
+                for layer in self.layers
+            ],
+            "system": {
+                "transforms": list(self.settings.system.transforms),
+                "collapse": self.settings.system.collapse,
+            },
+            "cache": self.cache,
+            "stages": list(self.stages),
+            "warnings": [d.to_json() for d in self.warnings],
+        }
+
+    def describe(self) -> str:
+        """A readable summary: every value with its origin, the prompt, layers, cache."""
+        m = self.model
+        lines = [
+            f"plan: policy {self.policy} ({_rel_file(self.policy_file)}) for {m.id}",
+            f"  model: {m.api} api, api id {m.api_id}, context {m.limits.context:,}"
+            + (f", input {m.limits.input:,}" if m.limits.input else "")
+            + f", output {m.limits.output:,}, cache {m.cache.kind}",
+            f"  overrides applied: {', '.join(self.overrides) or 'none'}",
+            "  values:",
+        ]
+        width = max((len(k) for k in self.values), default=0)
+        by_place = sorted(self.values.values(), key=lambda v: (v.location.file, v.location.line))
+        for v in by_place:
+            name = v.name
+            if isinstance(v.value, str) and "\n" in v.value:
+                shown = json.dumps(v.value)
+                shown = shown if len(shown) <= 60 else f"{shown[:59]}… ({len(v.value)} chars)"
+            else:
+                shown = "(per step)" if v.dynamic else json.dumps(v.value)
+            lines.append(f"    {name:<{width}} = {shown:<12}  {_rel(v.location)}")
+        if self.prompt:
+            lines.append(
+                f"  family prompt: {self.prompt.rule} -> {_rel_file(self.prompt.file)} "
+                f"({len(self.prompt.text)} chars, rule at {_rel(self.prompt.location)})"
+            )
+        lines.append(
+            "  system layers: "
+            + ", ".join(
+                layer.id + (f" [when {layer.condition.text}]" if layer.condition else "")
+                for layer in self.layers
+            )
+        )
+        lines.append(
+            transforms_line(self.settings.system.transforms, self.settings.system.collapse)
+        )
+        c = self.cache
+        lines.append(
+            f"  cache: rule {c['rule']}, {'on' if c['enabled'] else 'off'}, placement "
+            f"{c['placement']}, budget {c['budget']} (provider limit {c['provider_limit']})"
+        )
+        lines.append(f"  stages: {' -> '.join(self.stages)}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()

@@ -1,0 +1,187 @@
+"""Helpers every wire format needs: ids, media kinds, empty-content rules, role merging.
+
+Kept apart from the provider modules so that each of them reads as one mapping from the
+provider-neutral request onto its own JSON, and so that the rules they must agree on
+(how a tool-call id is cleaned, which text counts as the per-turn environment) live once.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from typing import Any
+
+from kilo_rules.engine.formats.request import CacheMark, Media, Part, Text, ToolResult
+
+_ID_OK = re.compile(r"^[a-zA-Z0-9_-]+$")
+_ID_BAD_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
+
+#: Image types Anthropic, Bedrock and OpenAI all accept.
+IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+def sanitize_call_id(call_id: str) -> str:
+    """A tool-call id that matches ``^[a-zA-Z0-9_-]+$`` (Anthropic, Bedrock).
+
+    Ids that already match are returned unchanged. Others have each bad character
+    replaced by ``_`` and a short hash of the original appended, so that two ids that
+    differ only in replaced characters (``a.b`` and ``a:b``) stay distinct; the call and
+    its result go through this same function, so they keep matching.
+    """
+    if _ID_OK.match(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:8]
+    return f"{_ID_BAD_CHAR.sub('_', call_id)}_{digest}"
+
+
+def is_blank(text: str) -> bool:
+    """Text with nothing but whitespace (or nothing at all).
+
+    Anthropic refuses it ("text content blocks must contain non-whitespace text"), so do
+    Bedrock and Gemini, and it tells the model nothing, so no wire sends it: Claude Code,
+    for one, records ``"\\n\\n"`` text blocks before its tool calls.
+    """
+    return not text or text.isspace()  # isspace stops at the first other character
+
+
+def is_blank_text(part: Part) -> bool:
+    """A text part that :func:`is_blank` says no wire sends."""
+    return isinstance(part, Text) and is_blank(part.text)
+
+
+def readable(value: str | None, origin: str | None, reader: str | None) -> str | None:
+    """``value`` (a reasoning signature or encrypted state) if ``reader`` can read it.
+
+    Only the vendor that issued a signature can verify it; sent anywhere else it is refused
+    or, at best, meaningless. A value whose ``origin`` is unknown was recorded by the same
+    agent that asks now, so it is passed back as recorded.
+    """
+    if value is None or origin is None or origin == reader:
+        return value
+    return None
+
+
+def media_kind(media: Media) -> str:
+    """``image`` (a type every provider takes), ``pdf``, ``text`` (text/*) or ``other``."""
+    mime = media.mime.lower()
+    if mime in IMAGE_MIMES:
+        return "image"
+    if mime == "application/pdf":
+        return "pdf"
+    if mime.startswith("text/"):
+        return "text"
+    return "other"
+
+
+def data_url(media: Media) -> str:
+    """The media as a URL: its own ``url``, or a ``data:`` URL built from the base64."""
+    if media.url is not None:
+        return media.url
+    return f"data:{media.mime};base64,{media.data or ''}"
+
+
+def decode_text(media: Media) -> str | None:
+    """The UTF-8 text of a base64 ``text/*`` attachment, or None if it does not decode."""
+    if media.data is None:
+        return None
+    try:
+        return base64.b64decode(media.data, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def placeholder(media: Media, why: str) -> str:
+    """The text put where an attachment cannot go on this wire, so the model knows."""
+    name = f" {media.filename}" if media.filename else ""
+    return f"[attachment{name} ({media.mime}) omitted: {why}]"
+
+
+def result_text(result: ToolResult, media_note: str | None = None) -> str:
+    """The text of a tool result, parts joined by newlines.
+
+    With ``media_note``, each media part becomes a placeholder line (for wires whose tool
+    results are text-only); without it, media parts are skipped (rendered elsewhere).
+    """
+    lines: list[str] = []
+    for part in result.content:
+        if isinstance(part, Text):
+            if not is_blank(part.text):
+                lines.append(part.text)
+        elif media_note is not None:
+            lines.append(placeholder(part, media_note))
+    return "\n".join(lines)
+
+
+def effective_mark(*marks: CacheMark | None) -> CacheMark | None:
+    """One mark for a block that several marks land on: the longest ttl wins."""
+    found = [m for m in marks if m is not None]
+    if not found:
+        return None
+    for mark in found:
+        if mark.ttl == "1h":
+            return mark
+    return found[0]
+
+
+def merge_same_role(messages: list[dict[str, Any]], key: str = "content") -> list[dict[str, Any]]:
+    """Merge consecutive messages of the same role by concatenating their ``key`` lists.
+
+    Anthropic and Bedrock require user and assistant turns to alternate; a tool message
+    becomes a user turn there, so it merges with a user message that follows it. Blocks
+    keep their order, which puts tool results first, as Anthropic requires.
+    """
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        if not msg[key]:
+            continue
+        if out and out[-1]["role"] == msg["role"]:
+            out[-1] = {**out[-1], key: [*out[-1][key], *msg[key]]}
+        else:
+            out.append(msg)
+    return out
+
+
+#: One rendered part before marks are settled: the block (None when the part renders to
+#: nothing on this wire), the part's own mark, and whether the block may carry a mark.
+Entry = tuple[dict[str, Any] | None, CacheMark | None, bool]
+
+
+def settle_marks(
+    entries: list[Entry], message_level: CacheMark | None
+) -> tuple[list[tuple[dict[str, Any], CacheMark | None]], CacheMark | None]:
+    """Decide which rendered block carries each mark of one message.
+
+    A part mark stays on its block when the block can carry it. Otherwise (a dropped
+    part, a thinking block) it moves to the nearest earlier block that can, else the
+    nearest later one: the cached prefix then ends where the part's content ended. The
+    message-level mark goes on the last block that can carry it. Marks that meet on one
+    block become one. Returns the kept blocks with their marks and the mark nothing
+    could carry (the caller may put it on the message itself, or drop it).
+    """
+    if message_level is None and all(mark is None for _, mark, _ in entries):
+        return [(b, None) for b, _, _ in entries if b is not None], None  # the common case
+    carriers = [i for i, (block, _, ok) in enumerate(entries) if block is not None and ok]
+    marks: dict[int, CacheMark | None] = {}
+    leftover: CacheMark | None = None
+    for i, (block, mark, ok) in enumerate(entries):
+        if mark is None:
+            continue
+        if block is not None and ok:
+            target: int | None = i
+        else:
+            before = [c for c in carriers if c < i]
+            after = [c for c in carriers if c > i]
+            target = before[-1] if before else (after[0] if after else None)
+        if target is None:
+            leftover = effective_mark(leftover, mark)
+        else:
+            marks[target] = effective_mark(marks.get(target), mark)
+    if message_level is not None:
+        if carriers:
+            marks[carriers[-1]] = effective_mark(marks.get(carriers[-1]), message_level)
+        else:
+            leftover = effective_mark(leftover, message_level)
+    kept = [(b, marks.get(i)) for i, (b, _, _) in enumerate(entries) if b is not None]
+    return kept, leftover

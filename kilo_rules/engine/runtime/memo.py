@@ -1,0 +1,100 @@
+"""Caches that let step k+1 reuse the work of step k.
+
+Session messages and the messages lowered from them are immutable, so their lowering and
+their JSON depend only on their content (and the settings used). An agent that keeps its
+session in memory passes the same objects back every step, and they are found by identity
+at no cost; a stateless service reads the session from JSON every step, so every object is
+new, and its messages are found by content instead (:class:`ContentMemo`). Both maps are
+bounded, so a long-lived plan cannot grow without end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+from kilo_rules.engine.base.lru import LRUCache
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class IdentityLRU(LRUCache[K, V]):
+    """A bounded map from objects (by identity) to values; thread-safe."""
+
+    def __init__(self, maxsize: int = 8192) -> None:
+        super().__init__(maxsize, by_identity=True)
+
+
+class UnkeyableError(Exception):
+    """A value that has no content key (an object of a type JSON does not have)."""
+
+
+def data_key(value: object) -> Hashable:
+    """A key equal for equal JSON-like data (dicts, lists, strings, numbers, booleans,
+    None), sharing its strings: equal keys are confirmed by comparing content, never by a
+    digest that could collide. Every scalar but a string keeps its type (``True`` and ``1``
+    are equal in Python but are written differently). Raises :class:`UnkeyableError` for
+    anything else."""
+    kind = type(value)
+    if kind is str or value is None:
+        return value
+    if kind is dict:
+        return (dict, *[(k, data_key(v)) for k, v in value.items()])  # type: ignore[attr-defined]
+    if kind is list or kind is tuple:
+        return (kind, *[data_key(v) for v in value])  # type: ignore[attr-defined]
+    if kind is bool or kind is int:
+        return (kind, value)
+    if kind is float:
+        return (float, repr(value))  # -0.0 == 0.0 and nan != nan, but not as text
+    raise UnkeyableError(kind.__name__)
+
+
+class ContentKey:
+    """A content key hashed by a short summary of the content (e.g. ids), compared in
+    full: a lookup never hashes every byte of a message, and two keys are equal only when
+    their contents are. Contents that share a summary (versions of one message) share a
+    hash bucket, which costs a comparison, never a wrong answer."""
+
+    __slots__ = ("_hash", "content")
+
+    def __init__(self, content: Hashable, summary: Hashable) -> None:
+        self.content = content
+        self._hash = hash(summary)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is ContentKey
+            and self._hash == other._hash
+            and self.content == other.content
+        )
+
+
+class ContentMemo(Generic[K, V]):
+    """Values per immutable object: found by identity, or else by content (a new object
+    equal to one seen before, e.g. a session read back from JSON); thread-safe.
+
+    ``key`` gives an object's content key: everything the cached computation reads from
+    it, so that objects with equal keys give equal values (None: do not cache by content).
+    """
+
+    def __init__(self, key: Callable[[K], Hashable | None], maxsize: int = 8192) -> None:
+        self._key = key
+        self._by_id: IdentityLRU[K, V] = IdentityLRU(maxsize)
+        self._by_content: LRUCache[Hashable, V] = LRUCache(maxsize)
+
+    def get_or(self, obj: K, make: Callable[[], V]) -> V:
+        """The value for ``obj`` (or for an object of equal content), else ``make()``."""
+        value = self._by_id.get(obj)
+        if value is not None:
+            return value
+        key = self._key(obj)
+        value = self._by_content.get_or(key, make) if key is not None else make()
+        self._by_id.put(obj, value)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._by_id)

@@ -1,0 +1,132 @@
+r"""Per-step state shared by the runtime stages: the decisions trace and the settings.
+
+A :class:`StepRun` is made once per ``apply_plan`` call. It records :class:`Decision`\ s
+with the policy location of the rule behind each, reads the effective policy, and holds
+the plan-level caches (token counter, per-message JSON, lowering).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kilo_rules.engine.base.errors import Location
+from kilo_rules.engine.formats.session import Message, Session, TokenUsage
+from kilo_rules.engine.runtime.context import StepInput
+from kilo_rules.engine.runtime.lower import lowering_key
+from kilo_rules.engine.runtime.measure import JsonCache
+from kilo_rules.engine.runtime.memo import ContentMemo
+from kilo_rules.engine.text.tokens import CountCache, EstimateCounter, TokenCounter, counter_for
+
+if TYPE_CHECKING:
+    from kilo_rules.engine.compiler.plan import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One entry of the decisions trace."""
+
+    stage: str
+    rule: str
+    at: Location | None  # where the rule is written in the policy
+    inputs: dict[str, Any] = field(default_factory=dict)
+    result: Any = None
+    severity: str = "info"
+
+    def to_json(self) -> dict[str, Any]:
+        at = str(self.at) if self.at is not None else None
+        out: dict[str, Any] = {"stage": self.stage, "rule": self.rule, "at": at}
+        if self.inputs:
+            out["inputs"] = self.inputs
+        out["result"] = self.result
+        if self.severity != "info":
+            out["severity"] = self.severity
+        return out
+
+
+def usage_count(tokens: TokenUsage | None, fields: Sequence[str]) -> int:
+    """Kilo's overflow count: the listed usage fields, or the provider total if they sum
+    to 0 (``kilocode/session/overflow.ts@030412e:71-74``)."""
+    if tokens is None:
+        return 0
+    values = {
+        "input": tokens.input,
+        "output": tokens.output,
+        "reasoning": tokens.reasoning,
+        "cache_read": tokens.cache.read,
+        "cache_write": tokens.cache.write,
+    }
+    total = sum(values[f] for f in fields)
+    return total or (tokens.total or 0)
+
+
+def last_finished(messages: Sequence[Message]) -> Message | None:
+    """The chronologically newest finished assistant message, summaries included (Kilo's
+    ``lastFinished``). After a compaction it is the summary, whose usage is not checked
+    for overflow nor reported to the output cap: it describes the old, larger context."""
+    done = [m for m in messages if m.role == "assistant" and m.finish is not None]
+    return max(done, key=lambda m: (m.created, m.id)) if done else None
+
+
+def plan_counter(plan: Plan) -> tuple[TokenCounter, str | None]:
+    """The counter ``tokens.*`` names (``model``: the model's catalog tokenizer), and a
+    warning when it falls back to the estimate."""
+    t = plan.settings.tokens
+    spec = plan.model.tokenizer if t.counter == "model" else t.counter
+    return counter_for(spec, factor=t.safety_factor, chars_per_token=t.chars_per_token)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCaches:
+    """What one step leaves for the next on the same plan (kept in ``plan.memo``)."""
+
+    counter: TokenCounter  # a CountCache around an exact counter
+    warning: str | None  # why the policy's counter could not be used
+    json: JsonCache  # per-message JSON and token counts
+    lower: ContentMemo[Any, Any]  # lowered messages per session message
+
+
+def plan_caches(plan: Plan) -> PlanCaches:
+    """The caches steps on ``plan`` share (built on first use, kept in ``plan.memo``)."""
+    caches: PlanCaches | None = plan.memo.get("step")
+    if caches is None:  # the plan never changes: build its caches once, in one store
+        counter, warning = plan_counter(plan)
+        if not isinstance(counter, EstimateCounter):
+            counter = CountCache(counter)  # count each message once, not every step
+        caches = PlanCaches(counter, warning, JsonCache(counter.count), ContentMemo(lowering_key))
+        plan.memo["step"] = caches
+    return caches
+
+
+class StepRun:
+    """State of one apply call."""
+
+    def __init__(self, plan: Plan, session: Session, step: StepInput) -> None:
+        self.plan = plan
+        self.session = session
+        self.step = step
+        self.decisions: list[Decision] = []
+        #: Lookups shared by several stages of this step (e.g. instruction files).
+        self.cached: dict[str, Any] = {}
+        self.mutations: list[dict[str, Any]] = []
+        caches = plan_caches(plan)
+        self.counter = caches.counter
+        warning = caches.warning
+        self.json = caches.json
+        self.lower_cache = caches.lower
+        if warning:
+            self.decide("lower", "tokens.counter", "tokens.counter", {}, warning, "warning")
+
+    def decide(
+        self,
+        stage: str,
+        rule: str,
+        setting: str | None,
+        inputs: dict[str, Any],
+        result: Any,
+        severity: str = "info",
+    ) -> None:
+        self.decisions.append(
+            Decision(stage, rule, self.plan.where(setting), inputs, result, severity)
+        )

@@ -1,0 +1,331 @@
+"""Request bodies from the network: bounded, parsed, validated, every problem located.
+
+A body is untrusted. The :class:`BodyLimit` middleware reads it whole before any route sees
+it, refusing one over the size cap (``413``, from its ``Content-Length`` when it declares
+one, else as soon as the count passes the cap) and one that arrives too slowly (``408``).
+The routes then parse it off the event loop with :func:`parse_json` and validate its parts;
+each problem becomes a :class:`~kilo_rules.engine.base.errors.Diagnostic` located
+``<request>:line:col`` in the body, raised as an :class:`ApiError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import anyio
+from pydantic import BaseModel, ValidationError
+
+from kilo_rules.engine.base.errors import Diagnostic, Location
+from kilo_rules.engine.base.source import JsonPath, JsonText, json_problem, nearest
+from kilo_rules.engine.formats.session import MAX_DEPTH, problem_diagnostic
+
+#: The file name diagnostics give the request body.
+REQUEST = "<request>"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class ApiError(Exception):
+    """A request the sidecar refuses: the HTTP status, a stable code, a message, and the
+    located diagnostics behind it."""
+
+    def __init__(
+        self, status: int, code: str, message: str, diagnostics: Sequence[Diagnostic] = ()
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.diagnostics = tuple(diagnostics)
+
+    def to_json(self) -> dict[str, Any]:
+        """The error body every endpoint answers with (``ErrorResponse``)."""
+        return error_json(self.code, self.message, self.diagnostics)
+
+
+def error_json(code: str, message: str, diagnostics: Iterable[Diagnostic] = ()) -> dict[str, Any]:
+    """``{"error": {"code", "message", "diagnostics"}}``."""
+    return {
+        "error": {
+            "code": code,
+            "message": message,
+            "diagnostics": [d.to_json() for d in diagnostics],
+        }
+    }
+
+
+def error_bytes(code: str, message: str, diagnostics: Iterable[Diagnostic] = ()) -> bytes:
+    """:func:`error_json` encoded."""
+    return dumps(error_json(code, message, diagnostics))
+
+
+def dumps(data: Any) -> bytes:
+    """Compact UTF-8 JSON, as every response is sent. A lone surrogate (an error message
+    may quote one the body held) is written as its JSON escape, ``\\ud800``: only strings
+    can hold one, so the text stays valid JSON and UTF-8."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "backslashreplace")
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A parsed JSON body and its text, to locate problems in."""
+
+    data: dict[str, Any]
+    text: str
+
+    def locate(self, paths: Iterable[JsonPath]) -> dict[JsonPath, Location]:
+        """Where each of ``paths`` (or its nearest ancestor) starts in the body."""
+        wanted = list(paths)
+        found = JsonText(REQUEST, self.text).locations(wanted)
+        out = {}
+        for path in wanted:
+            hit = nearest(found, path)
+            out[path] = hit[0] if hit is not None else Location(REQUEST, 1, 1)
+        return out
+
+    def relocate(self, diagnostics: Iterable[Diagnostic], under: JsonPath) -> list[Diagnostic]:
+        """``diagnostics`` about the value at ``under``, located in the body: each at the
+        JSON path its details name (relative to that value), else at the value itself; the
+        details' ``path`` becomes the path in the body."""
+        diags = list(diagnostics)
+        paths = [(*under, *_path_of(d)) for d in diags]
+        where = self.locate(paths)
+        return [
+            replace(
+                d,
+                location=where[p],
+                details={**d.details, "path": list(p)},
+            )
+            for d, p in zip(diags, paths, strict=True)
+        ]
+
+
+def _path_of(diagnostic: Diagnostic) -> JsonPath:
+    path = diagnostic.details.get("path")
+    if isinstance(path, list) and all(isinstance(p, str | int) for p in path):
+        return tuple(path)
+    return ()
+
+
+def parse_json(raw: bytes, *, check: Sequence[str] = ()) -> Body:
+    """Decode and parse a JSON object body; refuse (422) one that is not UTF-8, not JSON,
+    not an object, or whose members named in ``check`` nest too deeply or hold a lone
+    surrogate or a non-finite number (the session is checked by Session v1 itself)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        head = raw[: exc.start]
+        col = len(head[head.rfind(b"\n") + 1 :].decode("utf-8", "replace")) + 1
+        at = Location(REQUEST, head.count(b"\n") + 1, col)
+        message = f"not UTF-8: invalid byte 0x{raw[exc.start]:02x}"
+        raise _invalid("request.encoding", message, at) from None
+    try:
+        data = json.loads(
+            text, parse_int=_bounded_int, parse_float=_finite, parse_constant=_not_a_number
+        )
+    except json.JSONDecodeError as exc:
+        at = Location(REQUEST, exc.lineno, exc.colno)
+        raise _invalid("request.json", f"not valid JSON: {exc.msg}", at) from None
+    except _NumberError as exc:
+        at = _offset_location(text, text.find(exc.digits))
+        raise _invalid("request.number", exc.why, at) from None
+    except RecursionError:
+        deep = JsonText(REQUEST, text).too_deep(MAX_DEPTH)
+        path, at = deep if deep is not None else ((), Location(REQUEST, 1, 1))
+        raise ApiError(
+            422,
+            "request.depth",
+            "the body nests too deeply",
+            [problem_diagnostic("request", "depth", path, at, MAX_DEPTH)],
+        ) from None
+    if not isinstance(data, dict):
+        raise _invalid("request.invalid", "the body must be a JSON object", Location(REQUEST, 1, 1))
+    body = Body(data, text)
+    for key in check:
+        problem = json_problem(data.get(key), MAX_DEPTH - 1, text)
+        if problem is not None:
+            rest, kind = problem
+            path = (key, *rest)
+            diag = problem_diagnostic("request", kind, path, body.locate([path])[path], MAX_DEPTH)
+            raise ApiError(422, diag.code, diag.message, [diag])
+    return body
+
+
+#: The most digits an integer in a body may have: far past any count, size or time (a
+#: 64-bit integer has 20), and short of the cost of converting a huge one.
+MAX_DIGITS = 64
+
+
+class _NumberError(ValueError):
+    """A number JSON readers disagree on, raised from inside ``json.loads``."""
+
+    def __init__(self, digits: str, why: str) -> None:
+        super().__init__(why)
+        self.digits = digits
+        self.why = why
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits) > MAX_DIGITS + 1:  # a sign is not a digit
+        count = len(digits.lstrip("-"))
+        raise _NumberError(digits, f"an integer of {count} digits (at most {MAX_DIGITS})")
+    return int(digits)
+
+
+def _finite(digits: str) -> float:
+    value = float(digits)
+    if not math.isfinite(value):  # 1e999: past the largest float
+        raise _NumberError(digits, f"the number {digits[:40]} is too large to be represented")
+    return value
+
+
+def _not_a_number(word: str) -> float:
+    raise _NumberError(word, f"{word} is not a JSON number")
+
+
+def _offset_location(text: str, offset: int) -> Location:
+    offset = max(offset, 0)
+    line = text.count("\n", 0, offset) + 1
+    return Location(REQUEST, line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
+
+
+def _invalid(code: str, message: str, at: Location) -> ApiError:
+    return ApiError(422, code, message, [Diagnostic(code, message, at)])
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], value: Any, body: Body, under: JsonPath) -> M:
+    """``value`` (found at ``under`` in ``body``) validated as ``model``; every problem
+    located (422 ``request.invalid``)."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise invalid_request(exc, body, under) from None
+
+
+def invalid_request(exc: ValidationError, body: Body, under: JsonPath) -> ApiError:
+    """The 422 for a validation error of the value at ``under``."""
+    errors = exc.errors(include_url=False)[:50]
+    paths = [(*under, *(p for p in e["loc"] if isinstance(p, str | int))) for e in errors]
+    where = body.locate(paths)
+    diags = [
+        Diagnostic(
+            "request.invalid",
+            f"{dotted(path)}: {e['msg']}",
+            where[path],
+            details={"path": list(path), "type": e["type"]},
+        )
+        for e, path in zip(errors, paths, strict=True)
+    ]
+    return ApiError(422, "request.invalid", diags[0].message, diags)
+
+
+def dotted(path: JsonPath) -> str:
+    """``session.messages[3].role``."""
+    out = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+    return out.lstrip(".") or "body"
+
+
+class BodyLimit:
+    """ASGI middleware: read each request body whole, at most ``max_bytes`` of it within
+    ``timeout`` seconds, before the app sees it.
+
+    Over the cap, the answer is ``413`` without reading further (at once when
+    ``Content-Length`` declares more); a body that has not arrived in time is ``408``. Both
+    are typed JSON errors. ``on_refused(path, status)`` is told of each refusal (metrics)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_bytes: int,
+        timeout: float,
+        on_refused: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+        self.on_refused = on_refused
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(scope, send, 413)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            with anyio.fail_after(self.timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return  # nobody is left to answer
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        await self._refuse(scope, send, 413)
+                        return
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await self._refuse(scope, send, 408)
+            return
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: only the client's disconnect
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, send: Send, status: int) -> None:
+        if status == 413:
+            code, message = (
+                "request.too-large",
+                f"the body is larger than the limit of {self.max_bytes:,} bytes",
+            )
+        else:
+            code, message = (
+                "request.timeout",
+                f"the body did not arrive within {self.timeout:g} seconds",
+            )
+        payload = error_bytes(code, message, [Diagnostic(code, message, Location(REQUEST, 1, 1))])
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+            # The rest of the body is not read: the connection cannot carry another request.
+            (b"connection", b"close"),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+        if self.on_refused is not None:
+            self.on_refused(str(scope.get("path", "")), status)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
