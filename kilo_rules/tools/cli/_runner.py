@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import import_module
+from pathlib import Path
 
 from kilo_rules.engine.base.errors import Diagnostic, KiloRulesError, render_text
 
@@ -176,3 +177,10 @@ def _discard_stdout() -> None:
     with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+
+
+def read_key(path: str) -> bytes:
+    """The bytes of a key file (``--key``, ``--pubkey``); raises OSError."""
+    # A key file is small; reading a few kilobytes at most keeps /dev/zero harmless.
+    with Path(path).open("rb") as fh:
+        return fh.read(64 * 1024)

@@ -42,7 +42,7 @@ from kilo_rules.engine.formats.bundle import (
 )
 from kilo_rules.tools.checking.check import CheckReport, check_files
 from kilo_rules.tools.cli import _options as opt
-from kilo_rules.tools.cli._runner import EXIT_DIAGNOSTICS, EXIT_OK, EXIT_USAGE, report
+from kilo_rules.tools.cli._runner import EXIT_DIAGNOSTICS, EXIT_OK, EXIT_USAGE, read_key, report
 from kilo_rules.tools.cli.check import print_diagnostics
 
 #: Codes about what was asked (a path, a key, the installation), not about a bundle.
@@ -168,13 +168,6 @@ def _refused(exc: BundleError, key: str | None = None) -> int:
         )
     code = report(exc)
     return EXIT_USAGE if all(d.code in _USAGE_CODES for d in exc.diagnostics) else code
-
-
-def read_key(path: str) -> bytes:
-    """The bytes of a key file (``--key``, ``--pubkey``); raises OSError."""
-    # A key file is small; reading a few kilobytes at most keeps /dev/zero harmless.
-    with Path(path).open("rb") as fh:
-        return fh.read(64 * 1024)
 
 
 class _UncheckedError(Exception):

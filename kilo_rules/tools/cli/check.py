@@ -19,7 +19,7 @@ from kilo_rules.tools.cli._options import (
     add_format,
     model,
 )
-from kilo_rules.tools.cli._runner import EXIT_USAGE, relative
+from kilo_rules.tools.cli._runner import EXIT_USAGE, read_key, relative
 
 
 def register(sub: Subcommands) -> None:
@@ -77,8 +77,6 @@ def print_diagnostics(
 
 def run(args: argparse.Namespace) -> int:
     """Check every file named; the exit code says whether any error was found."""
-    from kilo_rules.tools.cli.bundle import read_key  # bundle's commands print through this module
-
     key = None
     if args.pubkey:
         try:
