@@ -73,3 +73,9 @@ def test_no_module_imports_itself_back() -> None:
             if graph.chain_exists(importer=imported, imported=module):
                 cycles.append((module, imported))
     assert cycles == []
+
+
+def test_no_room_imports_the_public_package_above_it() -> None:
+    # kilo_rules/__init__.py sits above both wings: a room that imported it would point up.
+    graph = grimp.build_graph("kilo_rules")
+    assert sorted(graph.find_modules_that_directly_import("kilo_rules")) == []

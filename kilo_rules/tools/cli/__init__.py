@@ -24,10 +24,10 @@ from collections.abc import Iterator, Sequence
 from importlib import import_module
 from typing import TextIO
 
-from kilo_rules import __version__
 from kilo_rules.engine.base.errors import MultipleRunsWarning
 from kilo_rules.engine.base.net import NetworkSettings, use_network
 from kilo_rules.engine.base.sandbox import allow_read
+from kilo_rules.engine.base.version import __version__
 from kilo_rules.tools.cli._options import read_roots
 from kilo_rules.tools.cli._runner import (
     EPILOG,
