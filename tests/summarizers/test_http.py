@@ -7,7 +7,8 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from kilo_rules.engine.base.errors import KiloRulesError
+from kilo_rules.engine.base.cancel import CancelToken, cancellable
+from kilo_rules.engine.base.errors import CancellationError, KiloRulesError
 from kilo_rules.engine.formats.request import ModelMessage, Text, ToolCall, ToolResult
 from kilo_rules.engine.summarizers import ANTHROPIC_VERSION, HttpSummarizer
 from kilo_rules.engine.summarizers.protocol import Summarizer, SummarizerError, SummaryRequest
@@ -374,3 +375,20 @@ def test_retries_stop_at_the_total_deadline(server: ScriptedServer) -> None:
     err = info.value
     assert err.retryable and "total deadline of 10 s" in str(err)
     assert err.diagnostic.details["attempts"] == 4
+
+
+def test_a_cancelled_caller_stops_between_attempts(server: ScriptedServer) -> None:
+    # The caller gives up while the summarizer waits to retry: no second request is sent.
+    server.script(Reply(500, error_body("openai", "boom", "server_error")), ok("openai"))
+    token = CancelToken()
+    sleeps = Sleeps()
+
+    def sleep(seconds: float) -> None:
+        sleeps(seconds)
+        token.cancel("the step's time bound passed")
+
+    summarizer = make(server, "openai", sleeps, sleep=sleep, attempts=5)
+    with cancellable(token), pytest.raises(CancellationError) as info:
+        summarizer.summarize(REQUEST)
+    assert "time bound" in str(info.value)
+    assert len(server.received) == 1 and sleeps == [0.75]

@@ -5,9 +5,11 @@ results are written out as text), followed by the instruction as the final user 
 Every request goes through :mod:`kilo_rules.engine.base.net`: a total deadline per attempt, a size
 cap on the reply, the scheme, host, address and redirect rules (the configured endpoint is
 allowed by whoever builds the summarizer, a private address only with ``allow_private``).
-Timeouts, 429 and 5xx answers are retried with exponential backoff and jitter, honouring
-``Retry-After``; every failure, and every reply that is not a usable summary (not JSON,
-the wrong shape, no text, longer than ``max_summary_chars``), becomes a
+Timeouts, 429 and 5xx answers are retried with exponential backoff and equal jitter,
+honouring ``Retry-After``, by the project's one retry policy
+(:mod:`kilo_rules.engine.base.retry`, on tenacity); every failure, and every reply that
+is not a usable summary (not JSON, the wrong shape, no text, longer than
+``max_summary_chars``), becomes a
 :class:`~kilo_rules.engine.summarizers.protocol.SummarizerError` that says what happened and whether
 another attempt may help. The API key is sent only in its header and is blanked out of any error
 text.
@@ -21,12 +23,13 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import httpx
 
 from kilo_rules.engine.base.errors import NetworkError
 from kilo_rules.engine.base.net import HttpReply, NetClient, NetworkSettings, Resolver, resolve_host
+from kilo_rules.engine.base.retry import Backoff, RetryState, retrying
 from kilo_rules.engine.summarizers._shared import clip, transcript
 from kilo_rules.engine.summarizers.protocol import SummarizerError, SummaryRequest
 
@@ -221,45 +224,72 @@ class HttpSummarizer:
         return body
 
     def summarize(self, request: SummaryRequest) -> str:
-        """Post ``request`` and return the reply's text, retrying what may pass next time."""
+        """Post ``request`` and return the reply's text, retrying what may pass next time
+        (through :func:`kilo_rules.engine.base.retry.retrying`: a cancelled caller stops
+        between attempts)."""
         body = json.dumps(self.request_body(request), ensure_ascii=False).encode("utf-8")
         start = self._clock()
-        attempt = 1
-        while True:
+        backoff = Backoff(self.backoff, self.max_backoff, "equal").wait(self._uniform)
+
+        def wait(state: RetryState) -> float:
+            error = _failure(state)
+            after = error.retry_after if isinstance(error, _StatusError) else None
+            return backoff(state) if after is None else min(after, self.max_retry_after)
+
+        def before_sleep(state: RetryState) -> None:
+            _log.info(
+                "%s; attempt %d of %d, retrying in %.2fs",
+                _failure(state),
+                state.attempt_number,
+                self.attempts,
+                state.upcoming_sleep,
+            )
+
+        def attempt() -> str:
             left = self.total_deadline - (self._clock() - start)
-            try:
-                return self._post(body, min(self.deadline, left))
-            except SummarizerError as error:
-                if not error.retryable or attempt >= self.attempts:
-                    if error.retryable and self.attempts > 1:
-                        raise SummarizerError(
-                            f"{error} (gave up after {self.attempts} attempts)",
-                            retryable=True,
-                            overflow=error.overflow,
-                            code=error.diagnostic.code,
-                            details={**error.diagnostic.details, "attempts": self.attempts},
-                        ) from None
-                    raise
-                wait = error.retry_after if isinstance(error, _StatusError) else None
-                delay = self._delay(attempt) if wait is None else min(wait, self.max_retry_after)
-                if delay >= self.total_deadline - (self._clock() - start):
-                    raise SummarizerError(
-                        f"{error} (gave up after {attempt} attempts: another would end after "
-                        f"the total deadline of {self.total_deadline:g} s)",
-                        retryable=True,
-                        overflow=error.overflow,
-                        code=error.diagnostic.code,
-                        details={
-                            **error.diagnostic.details,
-                            "attempts": attempt,
-                            "total_deadline": self.total_deadline,
-                        },
-                    ) from None
-                _log.info(
-                    "%s; attempt %d of %d, retrying in %.2fs", error, attempt, self.attempts, delay
-                )
-            self._sleep(delay)
-            attempt += 1
+            return self._post(body, min(self.deadline, left))
+
+        policy = retrying(
+            attempts=self.attempts,
+            wait=wait,
+            retry_if=lambda exc: isinstance(exc, SummarizerError) and exc.retryable,
+            give_up=self._give_up,
+            sleep=self._sleep,
+            clock=self._clock,
+            total_deadline=self.total_deadline,
+            before_sleep=before_sleep,
+        )
+        text: str = policy(attempt)
+        return text
+
+    def _give_up(self, state: RetryState, deadline: bool) -> NoReturn:
+        error = _failure(state)
+        if not deadline:
+            if self.attempts == 1:
+                raise error
+            raise SummarizerError(
+                f"{error} (gave up after {self.attempts} attempts)",
+                retryable=True,
+                overflow=error.overflow,
+                code=error.diagnostic.code,
+                details={**error.diagnostic.details, "attempts": self.attempts},
+            ) from None
+        attempts = state.attempt_number
+        raise SummarizerError(
+            f"{error} (gave up after {attempts} attempts: another would end after "
+            f"the total deadline of {self.total_deadline:g} s)",
+            retryable=True,
+            overflow=error.overflow,
+            code=error.diagnostic.code,
+            details={
+                **error.diagnostic.details,
+                "attempts": attempts,
+                "total_deadline": self.total_deadline,
+            },
+        ) from None
+
+    def _uniform(self, low: float, high: float) -> float:
+        return low + self._jitter() * (high - low)
 
     def _post(self, body: bytes, deadline: float) -> str:
         """One attempt: the reply's text, or a SummarizerError saying what went wrong."""
@@ -301,12 +331,6 @@ class HttpSummarizer:
             details=facts,
         )
 
-    def _delay(self, attempt: int) -> float:
-        # "Equal jitter": half the exponential step is fixed, half random, so concurrent
-        # clients spread out without any of them retrying immediately.
-        step = min(self.max_backoff, self.backoff * float(2 ** (attempt - 1)))
-        return step / 2 + self._jitter() * step / 2
-
     def _where(self) -> str:
         return f"{self.kind} summarizer at {self.url}"
 
@@ -325,6 +349,14 @@ class HttpSummarizer:
             status=status,
             retry_after=_retry_after(reply),
         )
+
+
+def _failure(state: RetryState) -> SummarizerError:
+    """The error the last attempt raised (only a SummarizerError is ever retried)."""
+    assert state.outcome is not None
+    error = state.outcome.exception()
+    assert isinstance(error, SummarizerError)
+    return error
 
 
 def _no_redaction(text: str) -> str:
