@@ -77,10 +77,13 @@ def test_model_only_expressions_are_evaluated_into_the_settings() -> None:
     assert s.overflow.threshold_percent is None
 
 
-def test_a_per_step_expression_stays_an_expression(tmp_path: Path) -> None:
+def test_a_per_step_expression_is_a_typed_knob(tmp_path: Path) -> None:
     body = 'prune:\n  protect_tokens: "1000 if session.turns > 3 else 2000"\n'
     plan = compile_policy(_policy(tmp_path, body), model())
-    assert plan.settings.prune.protect_tokens == "1000 if session.turns > 3 else 2000"
+    knob = plan.knobs.prune_protect_tokens
+    assert knob.per_step and knob.at({"session.turns": 4}) == 1000
+    # the settings hold no expression text: the knob is at its default there
+    assert plan.settings.prune.protect_tokens == default(Prune, "protect_tokens")
     assert prune_settings(plan, {"prune.protect_tokens": 1000}).protect_tokens == 1000
     # without a step's values the model's default stands in
     assert prune_settings(plan).protect_tokens == default(Prune, "protect_tokens")

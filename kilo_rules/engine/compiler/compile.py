@@ -13,12 +13,13 @@ whoever wants caches of their own (a policy store, a test, a cold benchmark) mak
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import ValidationError
 
@@ -27,7 +28,16 @@ from kilo_rules.engine.base.errors import Diagnostic, KiloRulesError, Location, 
 from kilo_rules.engine.base.lru import CacheStats, LRUCache
 from kilo_rules.engine.base.settings import CONFIG_FIELDS, check_config
 from kilo_rules.engine.base.source import nearest
-from kilo_rules.engine.compiler.plan import ChunkModel, LayerPlan, Plan, PromptChoice, Value
+from kilo_rules.engine.compiler.knobs import KNOB_NAMES, Knobs, build_knobs
+from kilo_rules.engine.compiler.plan import (
+    CachePlan,
+    CacheSettings,
+    ChunkModel,
+    LayerPlan,
+    Plan,
+    PromptChoice,
+    Value,
+)
 from kilo_rules.engine.formats.catalog import (
     EXPLICIT_BREAKPOINTS,
     WIRE_BREAKPOINTS,
@@ -90,7 +100,8 @@ class _Build:
     dynamic: list[tuple[str, CompiledExpr]] = field(default_factory=list)
     prompt: PromptChoice | None = None
     layers: list[LayerPlan] = field(default_factory=list)
-    cache: dict[str, Any] = field(default_factory=dict)
+    knobs: Knobs | None = None
+    caching: CachePlan = field(default_factory=lambda: CachePlan(CacheSettings(), 0))
     stages: tuple[str, ...] = ()
     summary_template: str = ""
     chunk_model: ChunkModel | None = None
@@ -200,16 +211,22 @@ def _stage_values(b: _Build) -> None:
 def _stage_settings(b: _Build) -> None:
     """The merged policy as typed settings: every field validated, every knob the policy
     leaves out at the model's one default, and every value decided for this model in place
-    of its expression (a per-step expression stays text; the runtime evaluates it)."""
+    of its expression. A knob decided per step is left at its default in the settings and
+    compiled into its :class:`~kilo_rules.engine.compiler.knobs.Setting` (``Plan.knobs``),
+    so no expression text reaches the runtime; a per-step condition that must be decided
+    per model (a prune gate) stays text here, for the model to refuse, located."""
     data = {k: copy.deepcopy(v) for k, v in b.data.items() if k in PolicyBody.model_fields}
     for name, v in b.values.items():
-        if v.expression is None or v.dynamic:
+        if v.expression is None or (v.dynamic and name not in KNOB_NAMES):
             continue
         node = data
         *parents, leaf = name.split(".")
         for part in parents:
             node = node[part]
-        node[leaf] = v.value
+        if v.dynamic:
+            del node[leaf]
+        else:
+            node[leaf] = v.value
     try:
         b.settings = PolicyBody.model_validate(data)
     except ValidationError as exc:
@@ -223,6 +240,12 @@ def _stage_settings(b: _Build) -> None:
                 b.locate(path),
             )
         ) from None
+    settings, per_step = b.settings, dict(b.dynamic)
+    b.knobs = build_knobs(
+        lambda name: functools.reduce(getattr, name.split("."), settings),
+        {name: per_step[name] for name in KNOB_NAMES if name in per_step},
+        lambda name: name in b.values,
+    )
 
 
 def _read_prompt(b: _Build, path: JsonPath, what: str) -> tuple[str, str]:
@@ -312,25 +335,27 @@ def _stage_cache(b: _Build) -> None:
             )
         )
     bp = c.breakpoints
-    b.cache = {
-        "rule": c.rule,
-        "enabled": bool(c.when) and c.rule != "none",
-        "placement": c.placement,
-        "system_first": bp.system_first,
-        "non_system_last": bp.non_system_last,
-        "last_tool": bp.last_tool,
-        "last_system": bp.last_system,
-        "latest_user_message": bp.latest_user_message,
-        "latest_assistant": bp.latest_assistant,
-        "rolling": bp.rolling,
-        "budget": max(0, budget),
-        "provider_limit": provider_limit,
-        "ttl": c.ttl,
-        "message_ttl": c.message_ttl,
-        "skip_trailing_environment": c.skip_trailing_environment,
-        "respect_automatic": c.respect_automatic,
-        "shape": shape,
-    }
+    placement: Literal["message", "last-part"] = (
+        "message" if c.placement == "message" else "last-part"
+    )
+    marks = CacheSettings(
+        rule=c.rule,
+        enabled=bool(c.when) and c.rule != "none",
+        placement=placement,
+        system_first=bp.system_first,
+        non_system_last=bp.non_system_last,
+        last_tool=bp.last_tool,
+        last_system=bp.last_system,
+        latest_user_message=bp.latest_user_message,
+        latest_assistant=bp.latest_assistant,
+        rolling=bp.rolling,
+        budget=max(0, budget),
+        ttl=c.ttl,
+        message_ttl=c.message_ttl,
+        skip_trailing_environment=c.skip_trailing_environment,
+        respect_automatic=c.respect_automatic,
+    )
+    b.caching = CachePlan(marks, provider_limit, shape)
 
 
 def _stage_compaction(b: _Build) -> None:
@@ -417,6 +442,15 @@ STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
     ("window", _stage_window),
     ("runtime", _stage_runtime),
 )
+
+
+def _no_knobs() -> Knobs:
+    """The knobs of a plan compiled only up to a stage before ``settings``: each at the
+    policy model's default."""
+    body = PolicyBody()
+    return build_knobs(
+        lambda name: functools.reduce(getattr, name.split("."), body), {}, lambda _: False
+    )
 
 
 def _revision(policy: ResolvedPolicy) -> str:
@@ -617,7 +651,8 @@ class Compiler:
             dynamic=tuple(build.dynamic),
             prompt=build.prompt,
             layers=tuple(build.layers),
-            cache=dict(build.cache),
+            caching=build.caching,
+            knobs=build.knobs if build.knobs is not None else _no_knobs(),
             stages=build.stages,
             static_context=dict(build.context),
             _locate=build.locate,

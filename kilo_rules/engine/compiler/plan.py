@@ -4,6 +4,13 @@ Everything that depends only on the model is decided here, with the location in 
 that decided it; what depends on the session is kept as compiled expressions evaluated per
 step. Each decision is also callable alone (``plan.value("budget.usable")``,
 ``plan.prompt``, ``plan.cache_settings()``...), so a rule can be tested without a turn.
+
+A step reads settings in one typed form: ``plan.settings`` (the policy model, validated,
+each knob at its value for this model) and ``plan.knobs`` (every knob a policy may write as
+an expression, a :class:`~kilo_rules.engine.compiler.knobs.Setting` read with ``.at(ctx)``),
+the cache decision as :class:`CachePlan`. A plan holds no mutable state: what steps on one
+plan share (token counts, lowered messages) the runtime keeps beside it
+(:func:`kilo_rules.engine.runtime.trace.plan_caches`).
 """
 
 from __future__ import annotations
@@ -11,16 +18,19 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from kilo_rules.engine.base.errors import Diagnostic, Location
 from kilo_rules.engine.base.frozen import FrozenDict, freeze
+from kilo_rules.engine.compiler.knobs import Knobs, Setting
 from kilo_rules.engine.formats.catalog import ModelInfo
 from kilo_rules.engine.formats.policy import OutputCap, PolicyBody
 from kilo_rules.engine.frontend.expr import CompiledExpr
 
 if TYPE_CHECKING:
     from kilo_rules.engine.text.truncate import TruncateResult
+
+T = TypeVar("T")
 
 
 def _seconds(value: Any) -> int | None:
@@ -91,6 +101,40 @@ class CacheSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CachePlan:
+    """The cache decision for one model: the marker settings (automatic caching off; a
+    step says whether its request asks for it), the provider's limit of breakpoints and
+    the marker shape the policy chose for the wire format (None: the format has no choice)."""
+
+    marks: CacheSettings
+    provider_limit: int
+    shape: Literal["explicit", "cache_control", "none"] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The decision as the plan output has always printed it (stable field names)."""
+        m = self.marks
+        return {
+            "rule": m.rule,
+            "enabled": m.enabled,
+            "placement": m.placement,
+            "system_first": m.system_first,
+            "non_system_last": m.non_system_last,
+            "last_tool": m.last_tool,
+            "last_system": m.last_system,
+            "latest_user_message": m.latest_user_message,
+            "latest_assistant": m.latest_assistant,
+            "rolling": m.rolling,
+            "budget": m.budget,
+            "provider_limit": self.provider_limit,
+            "ttl": m.ttl,
+            "message_ttl": m.message_ttl,
+            "skip_trailing_environment": m.skip_trailing_environment,
+            "respect_automatic": m.respect_automatic,
+            "shape": self.shape,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class CapDecision:
     """The cap sent, and which row of the decision table chose it."""
 
@@ -157,12 +201,16 @@ class Plan:
     dynamic: tuple[tuple[str, CompiledExpr], ...]
     prompt: PromptChoice | None
     layers: tuple[LayerPlan, ...]
-    cache: dict[str, Any]
+    #: The cache decision, typed (``cache`` is its old dict form).
+    caching: CachePlan
+    #: Every knob a policy may write as an expression, typed (see :mod:`.knobs`).
+    knobs: Knobs
     stages: tuple[str, ...]
     static_context: dict[str, Any] = field(repr=False)
     _locate: Callable[[tuple[str | int, ...]], Location] = field(repr=False, compare=False)
     #: The policy's typed settings for this model: each knob validated, at the model's
     #: default when the policy leaves it out, model-only expressions already evaluated.
+    #: A knob decided per step is at its default here; ``knobs`` holds its expression.
     settings: PolicyBody = field(default_factory=PolicyBody, repr=False)
     #: The summary template text (``compaction.summary.template``), read at compile.
     summary_template: str = ""
@@ -170,12 +218,9 @@ class Plan:
     chunk_model: ChunkModel | None = None
     #: What compile found doubtful for this model (a window with no room left, ...).
     warnings: tuple[Diagnostic, ...] = ()
-    #: Caches that let the next step reuse this step's work (see runtime.memo). The one
-    #: mutable field: it holds derived data only, never a decision.
-    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("config", "data", "cache", "static_context"):
+        for name in ("config", "data", "static_context"):
             object.__setattr__(self, name, freeze(getattr(self, name)))
         values = {k: replace(v, value=freeze(v.value)) for k, v in self.values.items()}
         object.__setattr__(self, "values", FrozenDict(values))
@@ -216,28 +261,23 @@ class Plan:
             return v.value
         return self.context(dynamic)[name]
 
+    def resolve(self, setting: Setting[T], dynamic: Mapping[str, Any] | None = None) -> T:
+        """A knob outside a step's stages: its value, or for a per-step knob its value in
+        the context ``dynamic`` completes (as :meth:`value` evaluates it)."""
+        if not setting.per_step:
+            return setting.value
+        return setting.at(self.context(dynamic))
+
+    @property
+    def cache(self) -> FrozenDict[str, Any]:
+        """The cache decision as a read-only dict (``caching.to_json()``), for callers that
+        read it by key; new code reads :attr:`caching`."""
+        return FrozenDict(self.caching.to_json())
+
     def cache_settings(self, *, automatic_enabled: bool = False) -> CacheSettings:
         """The cache-marker settings for this model."""
-
-        c = self.cache
-        return CacheSettings(
-            rule=c["rule"],
-            enabled=c["enabled"],
-            placement=c["placement"],
-            system_first=c["system_first"],
-            non_system_last=c["non_system_last"],
-            last_tool=c["last_tool"],
-            last_system=c["last_system"],
-            latest_user_message=c["latest_user_message"],
-            latest_assistant=c["latest_assistant"],
-            rolling=c["rolling"],
-            budget=c["budget"],
-            ttl=c["ttl"],
-            message_ttl=c.get("message_ttl"),
-            skip_trailing_environment=c["skip_trailing_environment"],
-            respect_automatic=c["respect_automatic"],
-            automatic_enabled=automatic_enabled,
-        )
+        marks = self.caching.marks
+        return marks if not automatic_enabled else replace(marks, automatic_enabled=True)
 
     def usable(self, dynamic: Mapping[str, Any] | None = None) -> int:
         """The usable input window (``budget.usable``, spec §3)."""
@@ -304,7 +344,7 @@ class Plan:
                 "transforms": list(self.settings.system.transforms),
                 "collapse": self.settings.system.collapse,
             },
-            "cache": self.cache,
+            "cache": self.caching.to_json(),
             "stages": list(self.stages),
             "warnings": [d.to_json() for d in self.warnings],
         }
@@ -345,10 +385,10 @@ class Plan:
         lines.append(
             transforms_line(self.settings.system.transforms, self.settings.system.collapse)
         )
-        c = self.cache
+        c = self.caching.marks
         lines.append(
-            f"  cache: rule {c['rule']}, {'on' if c['enabled'] else 'off'}, placement "
-            f"{c['placement']}, budget {c['budget']} (provider limit {c['provider_limit']})"
+            f"  cache: rule {c.rule}, {'on' if c.enabled else 'off'}, placement "
+            f"{c.placement}, budget {c.budget} (provider limit {self.caching.provider_limit})"
         )
         lines.append(f"  stages: {' -> '.join(self.stages)}")
         return "\n".join(lines)

@@ -234,20 +234,19 @@ def stage_lower(st: StepState) -> None:
 def stage_guards(st: StepState) -> None:
     """The payload byte limit (prune once and rebuild), then the overflow checks."""
     r, plan = st.run, st.run.plan
-    limit = plan.settings.payload.max_bytes
-    if isinstance(limit, str):  # decided per step: evaluated on the request as lowered
-        limit = plan.context(_dynamic_names(r, st.view, st.lowered, st.pieces, st.size)).get(
-            "payload.max_bytes"
-        )
-    max_bytes = int(limit or 0)
-    if max_bytes and st.size > max_bytes:
-        _payload_limit(st, max_bytes)
+    # The step's values, evaluated on the request as lowered; again only if the payload
+    # guard rebuilt it.
+    ctx = plan.context(_dynamic_names(r, st.view, st.lowered, st.pieces, st.size))
+    max_bytes = plan.knobs.payload_max_bytes.at(ctx) or 0
+    if max_bytes and st.size > max_bytes and _payload_limit(st, max_bytes, ctx):
+        ctx = plan.context(_dynamic_names(r, st.view, st.lowered, st.pieces, st.size))
     st.tools = tuple(ToolSpec(t.name, t.description, dict(t.input_schema)) for t in r.session.tools)
-    st.context = plan.context(_dynamic_names(r, st.view, st.lowered, st.pieces, st.size))
+    st.context = ctx
     st.compaction_needed = overflow(r, st.view, st.context)
 
 
-def _payload_limit(st: StepState, max_bytes: int) -> None:
+def _payload_limit(st: StepState, max_bytes: int, ctx: Mapping[str, Any]) -> bool:
+    """The payload guard's action; True when it pruned and rebuilt the request."""
     r, plan = st.run, st.run.plan
     action = plan.settings.payload.on_exceed
     decided = {"bytes": st.size, "limit": max_bytes}
@@ -264,9 +263,8 @@ def _payload_limit(st: StepState, max_bytes: int) -> None:
         )
     if action != "prune-once":
         r.decide("guards", "payload-limit", "payload.max_bytes", decided, "sent anyway", "warning")
-        return
-    early = plan.context(_dynamic_names(r, st.view, st.lowered, st.pieces, st.size))
-    settings = prune_settings(plan, early)
+        return False
+    settings = prune_settings(plan, ctx)
     result = prune(st.messages, settings, r.counter.count, "payload-limit")
     saved = saving(st.messages, set(result.parts), r)
     if not result.applied or saved <= 0:
@@ -278,7 +276,7 @@ def _payload_limit(st: StepState, max_bytes: int) -> None:
             {"pruned": 0, "why": "pruning cannot help", "notes": result.notes},
             "warning",
         )
-        return
+        return False
     st.messages = apply_marks(st.messages, dict.fromkeys(result.parts, st.now))
     r.mutations.extend(result.mutations(st.now))
     # Rebuilt without a second trace or second environment mutations: this step has them.
@@ -295,6 +293,7 @@ def _payload_limit(st: StepState, max_bytes: int) -> None:
         {"pruned_parts": len(result.parts), "bytes_after": st.size},
         "warning" if st.size > max_bytes else "info",
     )
+    return True
 
 
 def stage_system(st: StepState) -> None:
@@ -378,7 +377,7 @@ def stage_cache(st: StepState) -> None:
         options={
             "output_limit": plan.model.limits.output or None,
             **({"reasoning": True} if plan.model.reasoning else {}),
-            **({"prompt_cache_breakpoints": True} if plan.cache.get("shape") == "explicit" else {}),
+            **({"prompt_cache_breakpoints": True} if plan.caching.shape == "explicit" else {}),
             **({"automatic_cache": True} if automatic else {}),
             **({"server_edits": edits} if edits else {}),
             **step.options,
@@ -528,9 +527,8 @@ def _dynamic_names(
 
 
 def _configured_output(r: StepRun, ctx: dict[str, Any]) -> int | None:
-    send = ctx.get("output.send", True)
-    if send is False:
+    knobs = r.plan.knobs
+    if knobs.output_send.at(ctx) is False:
         r.decide("output", "send", "output.send", {}, "no cap is sent")
         return None
-    value = ctx.get("output.configured")
-    return int(value) if value is not None else None
+    return knobs.output_configured.at(ctx)

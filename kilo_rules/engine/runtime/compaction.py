@@ -60,9 +60,8 @@ def _decide(
 def preserve_budget(plan: Plan) -> int:
     """Token budget of the verbatim tail: the plan's ``compaction.preserve_recent_tokens``
     (Kilo: ``clamp(floor(usable × 0.25), 2000, 8000)``, spec §7.2)."""
-    if plan.settings.compaction.preserve_recent_tokens is None:
-        return 0  # no budget stated: no turn fits, the whole history is summarised
-    return int(plan.value("compaction.preserve_recent_tokens"))
+    budget = plan.resolve(plan.knobs.preserve_recent_tokens)
+    return 0 if budget is None else budget  # none stated: no turn fits, all is summarised
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,9 +334,7 @@ def compact(
     cap = settings.summary.tool_output_max_chars
     summary_input = lower_settings(plan, strip_all_media=strip, tool_output_max_chars=cap)
     head = tuple(lower(sel.head, summary_input, plan_caches(plan).lower))
-    configured = plan.settings.output.configured
-    if isinstance(configured, str):
-        configured = plan.value("output.configured")
+    configured = plan.resolve(plan.knobs.output_configured)
     out_tokens = int(configured or plan.model.limits.output or 0)
     body, how = write_summary(
         plan,

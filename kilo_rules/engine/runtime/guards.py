@@ -76,8 +76,7 @@ def compaction_limit(plan: Plan, ctx: Mapping[str, Any]) -> int | None:
     The overflow check and the preflight compare against it; reports show it."""
     if not _automatic(plan) or plan.model.limits.context == 0:
         return None
-    limit = ctx.get("overflow.limit", ctx.get("budget.usable"))
-    return int(limit) if limit is not None else None
+    return plan.knobs.compaction_limit.at(ctx)
 
 
 def _limit(r: StepRun, ctx: dict[str, Any]) -> int | None:
@@ -113,7 +112,7 @@ def preflight(r: StepRun, m: Measure, ctx: dict[str, Any]) -> str | None:
     (Kilo's ``shouldCompact``, spec §4). ``m`` measures the whole message list, the
     leading system messages included, as Kilo's ``measure`` does."""
     limit = _limit(r, ctx)
-    if limit is None or not ctx.get("overflow.preflight.enabled"):
+    if limit is None or not r.plan.knobs.preflight_enabled.at(ctx):
         return None
     inputs = {"normalized": m.normalized, "limit": limit}
     if m.continuation and r.plan.settings.overflow.preflight.skip_mid_tool_loop:

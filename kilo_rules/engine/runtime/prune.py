@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from kilo_rules.engine.formats.policy import Prune, default
 from kilo_rules.engine.formats.session import Message, Session, ToolPart
 from kilo_rules.engine.runtime.history import project
 from kilo_rules.engine.runtime.trace import plan_caches
@@ -90,18 +89,12 @@ class PruneResult:
 
 def prune_settings(plan: Plan, context: Mapping[str, Any] | None = None) -> PruneSettings:
     """``prune.*`` of the plan. Values decided per step come from ``context`` (a step's
-    evaluation context); without one they fall back to the model's defaults. The gates
+    evaluation context); without one they fall back to the policy model's defaults. The gates
     (``prune.enabled``, ``prune.reasons.*``) are decided when the plan compiles. A
     configured ``config.compaction.prune: false`` (``KILO_DISABLE_PRUNE``) switches pruning
     off, as Kilo's first gate does, whatever the policy says."""
-    p = plan.settings.prune
-
-    def num(name: str) -> int:
-        if context is not None and context.get(f"prune.{name}") is not None:
-            return int(context[f"prune.{name}"])
-        value = getattr(p, name)
-        return value if isinstance(value, int) else int(default(Prune, name))
-
+    p, knobs = plan.settings.prune, plan.knobs
+    protect, minimum = knobs.prune_protect_tokens, knobs.prune_minimum_tokens
     r = p.reasons
     return PruneSettings(
         enabled=p.enabled is True and plan.config.get("config.compaction.prune") is not False,
@@ -109,8 +102,8 @@ def prune_settings(plan: Plan, context: Mapping[str, Any] | None = None) -> Prun
         post_compaction=r.post_compaction is True,
         payload_limit=r.payload_limit is True,
         protect_turns=p.protect_turns,
-        protect_tokens=num("protect_tokens"),
-        minimum_tokens=num("minimum_tokens"),
+        protect_tokens=protect.value if context is None else protect.at(context),
+        minimum_tokens=minimum.value if context is None else minimum.at(context),
         protected_tools=p.protected_tools,
     )
 

@@ -3,10 +3,20 @@ r"""Per-step state shared by the runtime stages: the decisions trace and the set
 A :class:`StepRun` is made once per ``apply_plan`` call. It records :class:`Decision`\ s
 with the policy location of the rule behind each, reads the effective policy, and holds
 the plan-level caches (token counter, per-message JSON, lowering).
+
+The plan-level caches (:class:`PlanCaches`) are the runtime's, not the plan's: a compiled
+plan is frozen and holds no mutable state, so :func:`plan_caches` keeps them in a map of
+its own, keyed by the plan's identity and held only as long as the plan lives (a weak
+reference drops the entry when the plan is collected). The map is thus bounded by the
+plans alive, which the compiler's bounded plan cache bounds in turn, and each cache in
+it is bounded itself. A lock makes building a plan's caches happen once, whichever
+threads step on it first; the caches themselves are thread-safe.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -79,7 +89,7 @@ def plan_counter(plan: Plan) -> tuple[TokenCounter, str | None]:
 
 @dataclass(frozen=True, slots=True)
 class PlanCaches:
-    """What one step leaves for the next on the same plan (kept in ``plan.memo``)."""
+    """What one step leaves for the next on the same plan (see :func:`plan_caches`)."""
 
     counter: TokenCounter  # a CountCache around an exact counter
     warning: str | None  # why the policy's counter could not be used
@@ -87,16 +97,39 @@ class PlanCaches:
     lower: ContentMemo[Any, Any]  # lowered messages per session message
 
 
+# id(plan) -> (a weak reference to the plan, its caches). Keyed by identity: two equal
+# plans are still two plans, and a plan's hash would read every field.
+_PLAN_CACHES: dict[int, tuple[weakref.ref[Plan], PlanCaches]] = {}
+_PLAN_CACHES_LOCK = threading.Lock()
+
+
+def _forget(key: int) -> None:
+    # No lock: the collector may call this while this very thread holds it, and one
+    # dict.pop is atomic. It runs before the plan's memory (and so its id) is reused.
+    _PLAN_CACHES.pop(key, None)
+
+
 def plan_caches(plan: Plan) -> PlanCaches:
-    """The caches steps on ``plan`` share (built on first use, kept in ``plan.memo``)."""
-    caches: PlanCaches | None = plan.memo.get("step")
-    if caches is None:  # the plan never changes: build its caches once, in one store
+    """The caches steps on ``plan`` share: built on first use, kept while the plan lives."""
+    key = id(plan)
+    hit = _PLAN_CACHES.get(key)
+    if hit is not None and hit[0]() is plan:
+        return hit[1]
+    with _PLAN_CACHES_LOCK:
+        hit = _PLAN_CACHES.get(key)
+        if hit is not None and hit[0]() is plan:
+            return hit[1]
         counter, warning = plan_counter(plan)
         if not isinstance(counter, EstimateCounter):
             counter = CountCache(counter)  # count each message once, not every step
         caches = PlanCaches(counter, warning, JsonCache(counter.count), ContentMemo(lowering_key))
-        plan.memo["step"] = caches
-    return caches
+        _PLAN_CACHES[key] = (weakref.ref(plan, lambda _: _forget(key)), caches)
+        return caches
+
+
+def cached_plans() -> int:
+    """How many plans have caches kept (each a plan still alive)."""
+    return len(_PLAN_CACHES)
 
 
 class StepRun:
