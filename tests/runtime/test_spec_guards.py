@@ -19,7 +19,7 @@ from kilo_rules.engine.runtime.apply import apply_plan
 from kilo_rules.engine.runtime.context import Agent, StepInput
 from kilo_rules.engine.runtime.measure import MESSAGE_OVERHEAD, measure, messages_json
 from kilo_rules.engine.runtime.trace import plan_caches
-from kilo_rules.engine.text.tokens import EstimateCounter, TiktokenCounter, estimate
+from kilo_rules.engine.text.tokens import CountCache, EstimateCounter, TiktokenCounter, estimate
 
 from .helpers import assistant, model, session, text, tool, user
 
@@ -133,16 +133,19 @@ def test_tiktoken_counts_are_cached_per_message(tmp_path: Path) -> None:
     plan = compile_policy(p, model())
     s = session(*_big_tool_session(3, 2_000))
     first = apply_plan(plan, s, StepInput())
-    stats = plan_caches(plan).counter.stats()
+    counter = plan_caches(plan).counter
+    assert isinstance(counter, CountCache)
+    stats = counter.stats()
     again = apply_plan(plan, s, StepInput())
-    after = plan_caches(plan).counter.stats()
+    after = counter.stats()
     assert after.misses == stats.misses  # nothing recounted on the next step
     assert after.hits > stats.hits
     assert first.body() == again.body()
     assert not [d for d in first.decisions if d.rule == "tokens.counter"]  # offline, no fallback
     s2 = s.model_copy(update={"messages": [*s.messages, assistant("a9", text("t", "done"))]})
     apply_plan(plan, s2, StepInput())
-    assert plan_caches(plan).counter.stats().misses > after.misses  # only the new parts
+    assert plan_caches(plan).counter is counter  # one store for the plan's every step
+    assert counter.stats().misses > after.misses  # only the new parts
 
 
 def test_unknown_encoding_falls_back_to_the_estimate_with_a_warning(tmp_path: Path) -> None:
