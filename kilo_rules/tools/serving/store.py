@@ -25,6 +25,15 @@ neither current nor held by a step.
 This is OPA's bundle service, applied to context policies: a content-addressed revision,
 activated only once it compiles, polled with ETags and exponential backoff, the last good
 bundle persisted for a cold start while the server is down (docs/store.md).
+
+Libraries where they serve: the poller's backoff and a directory re-read while it changes
+go through the project's one retry policy (:mod:`kilo_rules.engine.base.retry`, on
+tenacity), so a reload run under a cancelled token stops between attempts. A watched
+directory is watched by watchfiles' file events. Its polling mode is not used: it compares
+modification times to the second, so a file rewritten within a second of the write before,
+at the same size, would go unseen; where events fail (or ``WATCHFILES_FORCE_POLLING`` is
+set), the store's own poller compares times to the nanosecond, with sizes, inodes and link
+targets.
 """
 
 from __future__ import annotations
@@ -71,6 +80,7 @@ from kilo_rules.engine.base.errors import (
 )
 from kilo_rules.engine.base.lru import LRUCache
 from kilo_rules.engine.base.net import NetClient, NetworkSettings, network_settings
+from kilo_rules.engine.base.retry import Backoff, RetryState, retrying
 from kilo_rules.engine.compiler.compile import CACHE_SIZE, Compiler
 from kilo_rules.engine.compiler.plan import Plan
 from kilo_rules.engine.formats.bundle import (
@@ -105,8 +115,11 @@ _log = logging.getLogger(__name__)
 
 SourceKind = Literal["directory", "bundle", "url", "bundled"]
 
-#: Times a directory is read again when it changes between being hashed and being copied.
+#: Times a directory is read when it changes between being hashed and being copied.
 COPY_ATTEMPTS = 3
+#: Waits between those reads (seconds: the first step and the cap), for the writer to
+#: finish; drawn with equal jitter by the shared retry policy.
+_COPY_BACKOFF = Backoff(0.02, 0.2, "equal")
 #: Rounds of compiling models that were first asked for while a reload was compiling.
 _MODEL_ROUNDS = 3
 #: Seconds one model's canary request may take before the revision is refused: a policy
@@ -121,11 +134,14 @@ _MAX_META_BYTES = 64 * 1024
 #: Refused revisions remembered until the source serves a good one again: one offered again
 #: (a watched directory re-checked, a bundle downloaded again) is not a new rejection.
 _MAX_REFUSED = 64
-#: Entries looked at when polling a directory's modification times.
-_MAX_STAMP_ENTRIES = 20_000
 # An entity tag as RFC 9110 writes it (optionally weak), or the bare token some servers
 # send, within a sane length: it goes back in a header, so only visible ASCII is kept.
 _ETAG = re.compile(r'(W/)?"[\x21\x23-\x7e]{0,1000}"|[\x21\x23-\x2b\x2d-\x7e]{1,1000}')
+
+#: Entries looked at when polling a directory's modification times.
+_MAX_STAMP_ENTRIES = 20_000
+#: What WATCHFILES_FORCE_POLLING may say to mean "no" (as watchfiles reads it).
+_NOT_FORCED = frozenset({"false", "disable", "disabled"})
 
 _STORE_AT = Location("<store>", 1, 1)
 _READ_FLAGS = (
@@ -395,10 +411,17 @@ class StoreStatus:
 
 def backoff_delay(failures: int, base: float, cap: float, rng: random.Random) -> float:
     """Seconds to wait after ``failures`` failures in a row: exponential backoff with full
-    jitter, uniform in ``[0, min(cap, base * 2**failures)]`` (``base`` after no failure)."""
+    jitter, uniform in ``[0, min(cap, base * 2**failures)]`` (``base`` after no failure),
+    the shared retry policy's (:class:`kilo_rules.engine.base.retry.Backoff`)."""
     if failures <= 0:
         return base
-    return rng.uniform(0.0, min(cap, base * 2.0 ** min(failures, 64)))
+    # The poller's first wait after a failure is already twice its interval: step n + 1.
+    return Backoff(base, cap, "full").delay(failures + 1, rng.uniform)
+
+
+def _pause(seconds: float) -> None:
+    """The store's waits between retries (a seam: tests record them instead)."""
+    time.sleep(seconds)
 
 
 # -- revisions --------------------------------------------------------------------------------
@@ -702,17 +725,23 @@ def _write_new(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+class _ChangedError(Exception):
+    """The directory changed between being hashed and being copied: read it again."""
+
+
 class _DirectorySource(_Source):
     kind: SourceKind = "directory"
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, rng: random.Random | None = None) -> None:
         self.root = Path(root).expanduser().absolute()
         self.label = str(self.root)
+        self._rng = rng if rng is not None else random.Random()
 
     def stage(self, dest: Path, current: str | None) -> _Staged:
         if not self.root.is_dir():
             raise _UnavailableError(f"{self.root} is not a directory")
-        for _ in range(COPY_ATTEMPTS):
+
+        def once() -> _Staged:
             # The files are what the hash says, or the copy is made again: a directory
             # rewritten while it is read never yields a revision whose id lies.
             manifest = directory_revision(self.root)
@@ -721,7 +750,20 @@ class _DirectorySource(_Source):
             if self._copy(manifest, dest):
                 return _Staged(manifest)
             shutil.rmtree(dest, ignore_errors=True)
-        raise _UnavailableError(f"{self.root} kept changing while it was read")
+            raise _ChangedError
+
+        def give_up(state: RetryState, deadline: bool) -> _Staged:
+            raise _UnavailableError(f"{self.root} kept changing while it was read")
+
+        again = retrying(
+            attempts=COPY_ATTEMPTS,
+            wait=_COPY_BACKOFF.wait(self._rng.uniform),
+            retry_if=lambda exc: isinstance(exc, _ChangedError),
+            give_up=give_up,
+            sleep=_pause,
+        )
+        staged: _Staged = again(once)
+        return staged
 
     def _copy(self, manifest: Manifest, dest: Path) -> bool:
         dest.mkdir(mode=0o700)
@@ -1160,8 +1202,9 @@ class PolicyStore:
         watch: bool = False,
     ) -> PolicyStore:
         """A store over a policy directory (``routes.yaml`` at its root). With ``watch``,
-        the directory is watched (watchfiles, or polling its modification times when that
-        is not installed) and reloaded once it has been quiet for ``debounce_seconds``.
+        the directory is watched (watchfiles' file events; its modification times polled
+        where those fail, or ``WATCHFILES_FORCE_POLLING`` is set) and reloaded once it has
+        been quiet for ``debounce_seconds``.
 
         Dot-files and dot-directories are not part of a revision, and symbolic links are
         neither followed nor copied (as in a bundle)."""
@@ -1470,6 +1513,8 @@ class PolicyStore:
                 with self._lock:
                     self._unavailable += 1
                 return ReloadResult(False, here, cur, (), f"source unavailable: {why}"), True
+            except CancellationError:
+                raise  # the caller gave up: nothing was learnt about the revision
             except KiloRulesError as exc:
                 self._source.settle(False, None)
                 return self._rejection(cur, None, _relabel(exc.diagnostics, aliases)), False
@@ -1490,6 +1535,8 @@ class PolicyStore:
                 return self._rejection(cur, revision, _relabel([refusal], aliases)), False
             try:
                 rev, diags = self._build(root, revision, aliases)
+            except CancellationError:
+                raise
             except KiloRulesError as exc:
                 self._source.settle(False, revision)
                 return self._rejection(cur, revision, _relabel(exc.diagnostics, aliases)), False
@@ -1624,6 +1671,8 @@ class PolicyStore:
                     done.add(key)
                     try:
                         plan = rev.compile(model)
+                    except CancellationError:
+                        raise
                     except KiloRulesError as exc:
                         errors.extend(exc.diagnostics)
                         continue
@@ -1716,12 +1765,17 @@ class PolicyStore:
         return self.next_delay()
 
     def _watch_directory(self, root: Path) -> None:
+        """Watch ``root`` until the store stops, reloading once it has been quiet for
+        ``debounce_seconds``: by watchfiles' file events, else by :meth:`_poll_directory`
+        (``WATCHFILES_FORCE_POLLING`` set, as on a volume that sends no events; events that
+        fail, such as inotify's watch limit reached; a root that does not exist yet)."""
         s = self.settings
+        forced = os.environ.get("WATCHFILES_FORCE_POLLING", "")
         try:
             import watchfiles
-        except ImportError:
+        except ImportError:  # a core dependency; a broken install still serves
             watchfiles = None  # type: ignore[assignment]
-        if watchfiles is not None:
+        if watchfiles is not None and (not forced or forced.lower() in _NOT_FORCED):
             quiet = max(1, int(s.debounce_seconds * 1000))
             armed = False  # the first wake-up follows the watcher's start
             reloaded = time.monotonic()
@@ -1735,6 +1789,7 @@ class PolicyStore:
                     rust_timeout=max(quiet, 500),
                     yield_on_timeout=True,
                     raise_interrupt=False,
+                    force_polling=False,
                 ):
                     if self._stop.is_set():
                         return
@@ -1754,6 +1809,10 @@ class PolicyStore:
         self._poll_directory(root)
 
     def _poll_directory(self, root: Path) -> None:
+        # Not watchfiles' own polling (force_polling=True): it compares modification times
+        # to the second, so a file rewritten within a second of the write before, at the
+        # same size, goes unseen until the next change or poll_seconds; this compares them
+        # to the nanosecond, with size, inode and link target.
         s = self.settings
         interval = max(s.debounce_seconds, 0.05)
         last = _tree_stamp(root)
