@@ -36,7 +36,7 @@ from kilo_rules.engine.base.errors import (
 from kilo_rules.engine.compiler.compile import compile_policy
 from kilo_rules.engine.compiler.plan import Plan
 from kilo_rules.engine.formats import wireapi
-from kilo_rules.engine.formats.catalog import WIRE_BREAKPOINTS, ModelInfo
+from kilo_rules.engine.formats.catalog import ModelInfo
 from kilo_rules.engine.formats.session import Message, Session, TextPart, ToolDefinition
 from kilo_rules.engine.frontend.policy_exprs import expression_diagnostics
 from kilo_rules.engine.frontend.resolve import ResolvedPolicy, resolve_policy
@@ -171,7 +171,7 @@ def _int(plan: Plan, name: str) -> int | None:
 
 def _wire_limit(plan: Plan) -> int:
     """Most breakpoints a request to this model may carry: the wire's and the model's."""
-    limit = int(plan.cache.get("provider_limit", WIRE_BREAKPOINTS.get(plan.model.api, 0)))
+    limit = plan.caching.provider_limit
     facts = plan.model.cache
     if facts.kind == "explicit" and facts.max_breakpoints:
         limit = min(limit, facts.max_breakpoints)
@@ -180,17 +180,17 @@ def _wire_limit(plan: Plan) -> int:
 
 def _wanted(plan: Plan) -> int:
     """Most marks the breakpoint rule asks for in one request."""
-    c = plan.cache
-    if c["rule"] == "kilo":
-        return int(c["system_first"]) + int(c["non_system_last"])
-    flags = ("last_tool", "last_system", "latest_user_message", "latest_assistant")
-    return sum(bool(c[f]) for f in flags) + int(c["rolling"])
+    c = plan.caching.marks
+    if c.rule == "kilo":
+        return c.system_first + c.non_system_last
+    flags = (c.last_tool, c.last_system, c.latest_user_message, c.latest_assistant)
+    return sum(flags) + c.rolling
 
 
 def _budget(plan: Plan) -> list[_Finding]:
-    c, m = plan.cache, plan.model
+    c, m = plan.caching.marks, plan.model
     limit = _wire_limit(plan)
-    if not c["enabled"] or limit <= 0:
+    if not c.enabled or limit <= 0:
         return []
     out: list[_Finding] = []
     written = _int(plan, "cache.budget")
@@ -206,7 +206,7 @@ def _budget(plan: Plan) -> list[_Finding]:
                 "write the budget as min(N, model.cache.max_breakpoints)",
             )
         )
-    wanted, budget = _wanted(plan), int(c["budget"])
+    wanted, budget = _wanted(plan), c.budget
     if wanted > budget:
         out.append(
             _Finding(
@@ -221,7 +221,7 @@ def _budget(plan: Plan) -> list[_Finding]:
             )
         )
     # A provider-placed (automatic) breakpoint takes one of the request's slots.
-    automatic = wireapi.facts(m.api).automatic_marker and not c["respect_automatic"]
+    automatic = wireapi.facts(m.api).automatic_marker and not c.respect_automatic
     if automatic and min(wanted, budget) + 1 > limit:
         out.append(
             _Finding(
@@ -249,7 +249,7 @@ def _probe_session(tools: Sequence[ToolDefinition]) -> Session:
 def _short_prefix(plan: Plan, tools: Sequence[ToolDefinition]) -> list[_Finding]:
     m = plan.model
     minimum = m.cache.min_cacheable_tokens
-    if not plan.cache["enabled"] or m.cache.kind != "explicit" or minimum <= 0:
+    if not plan.caching.marks.enabled or m.cache.kind != "explicit" or minimum <= 0:
         return []
     if _wire_limit(plan) <= 0:
         return []
@@ -271,7 +271,7 @@ def _short_prefix(plan: Plan, tools: Sequence[ToolDefinition]) -> list[_Finding]
             continue
         if kind == "tools":
             name, what = "cache.breakpoints.last_tool", "the last tool definition"
-        elif plan.cache["rule"] == "kilo":
+        elif plan.caching.marks.rule == "kilo":
             name, what = "cache.breakpoints.system_first", "a system message"
         else:
             name, what = "cache.breakpoints.last_system", "the last system block"
