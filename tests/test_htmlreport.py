@@ -21,7 +21,13 @@ from typing import Any
 
 import pytest
 
-from kilo_rules.tools.simulation.htmlreport import MAX_CHARTED_SESSIONS, MAX_POINTS, render_html
+from kilo_rules.tools.simulation.htmlreport import (
+    MAX_CHARTED_SESSIONS,
+    MAX_POINTS,
+    DocumentError,
+    render_html,
+    render_tune_html,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "simulate"
 SVG_NS = "http://www.w3.org/2000/svg"
@@ -70,6 +76,7 @@ def enriched() -> dict[str, Any]:
     doc = opus()
     doc["floor"] = {
         "cost_usd": 2.5,
+        "policy": "kilo-default",
         "input": 11_000_000,
         "cache_write": 180_000,
         "cache_read": 10_820_000,
@@ -107,6 +114,40 @@ def enriched() -> dict[str, Any]:
     return doc
 
 
+def _report(policy: str, rows: list[dict[str, Any]], **given: Any) -> dict[str, Any]:
+    """A whole report of ``rows`` (its steps): the totals are the steps' sums."""
+
+    def total(key: str) -> int:
+        return sum(int(r[key]) for r in rows)
+
+    out: dict[str, Any] = {
+        "policy": policy,
+        "model": "anthropic/claude-sonnet-4-5",
+        "counter": "tiktoken:cl100k_base",
+        "requests": len(rows),
+        "requests_total": len(rows),
+        "stopped": False,
+        "compactions": total("compactions"),
+        "provider_overflows": total("provider_overflows"),
+        "input": total("input"),
+        "cache_read": total("cache_read"),
+        "cache_write": total("cache_write_5m") + total("cache_write_1h"),
+        "cache_write_5m": total("cache_write_5m"),
+        "cache_write_1h": total("cache_write_1h"),
+        "uncached": total("uncached"),
+        "output": total("output"),
+        "summary_input": 0,
+        "summary_output": 0,
+        "max_request": max((r["input"] for r in rows), default=0),
+        "window": 200_000,
+        "cost_usd": None,
+        "error": None,
+        "steps": rows,
+    }
+    out.update(given)
+    return out
+
+
 def long_doc(steps: int = 10_000) -> dict[str, Any]:
     """A synthetic session of ``steps`` requests and two policies, with one marker of each
     kind in the middle of a bucket (where no min/max selection would keep it)."""
@@ -136,13 +177,13 @@ def long_doc(steps: int = 10_000) -> dict[str, Any]:
         for i in (2_500, 5_000, 7_777):
             if i <= steps:
                 rows[i - 1]["input"] = 50_000
-        reports.append(
-            {"policy": policy, "window": 200_000, "cost_usd": 0.01 * steps, "steps": rows}
-        )
+        reports.append(_report(policy, rows, cost_usd=0.01 * steps))
     return {
         "version": 1,
         "session": "synthetic.jsonl",
+        "session_messages": 2 * steps + 1,
         "model": "anthropic/claude-sonnet-4-5",
+        "cache": {"kind": "explicit", "max_breakpoints": 4, "min_cacheable_tokens": 1024},
         "prices": {"input": 3.0, "output": 15.0},
         "reports": reports,
     }
@@ -156,7 +197,9 @@ def corpus(n: int, *, aggregate: bool = True) -> dict[str, Any]:
         sessions.append(doc)
     out: dict[str, Any] = {
         "version": 1,
+        "model": "anthropic/claude-sonnet-4-5",
         "sessions": sessions,
+        "aggregate": {"policies": [], "worst": [], "sessions": n, "failed": 1},
         "failed": [{"session": f"broken/{HOSTILE}.jsonl", "error": "not a session log"}],
     }
     if aggregate:
@@ -179,7 +222,23 @@ def corpus(n: int, *, aggregate: bool = True) -> dict[str, Any]:
                     "cost_p90": 5.1,
                     "cost_max": 5.1,
                 },
-                {"policy": "local-small", "sessions": n, "cost_usd": None},
+                {
+                    "policy": "local-small",
+                    "sessions": n,
+                    "stopped": 0,
+                    "cost_usd": None,
+                    "compactions": 0,
+                    "provider_overflows": 0,
+                    "input": 0,
+                    "cache_read": 0,
+                    "cache_write": 0,
+                    "output": 0,
+                    "floor_cost_usd": None,
+                    "floor_ratio": None,
+                    "cost_p50": None,
+                    "cost_p90": None,
+                    "cost_max": None,
+                },
             ],
             "worst": [
                 {
@@ -190,8 +249,17 @@ def corpus(n: int, *, aggregate: bool = True) -> dict[str, Any]:
                     "compactions": 1,
                     "stopped": False,
                 },
-                {"session": "elsewhere.jsonl", "policy": "cache-max", "stopped": True},
+                {
+                    "session": "elsewhere.jsonl",
+                    "policy": "cache-max",
+                    "cost_usd": None,
+                    "floor_ratio": None,
+                    "compactions": 0,
+                    "stopped": True,
+                },
             ],
+            "sessions": n + 1,
+            "failed": 1,
         }
     return out
 
@@ -344,7 +412,10 @@ def test_optional_keys_floor_calibration_limits_prunes_recorded() -> None:
         "reported ≈ 1.0331 × simulated + 12,118 tokens · fitted on 120 steps · R² 0.9996 · "
         "median error 0.36% · applied"
     )
-    assert facts["Floor"].startswith("$2.50 — 11,000,000 input tokens: 180,000 written")
+    assert facts["Floor"].startswith(
+        "$2.50 (kilo-default's requests under a perfect cache) — 11,000,000 input tokens: "
+        "180,000 written"
+    )
     rows = root.findall(".//table[@class='totals']/tbody/tr")
     assert len(rows) == 5
     stopped = rows[4]
@@ -430,6 +501,8 @@ def _with_recorded() -> dict[str, Any]:
     doc["recorded"] = {
         "requests": 144,
         "with_usage": 142,
+        "input": 9_000_000,
+        "output": 40_000,
         "cost_usd": sum(c for c in costs if c is not None),
         "request_costs_usd": costs,
         "compactions": [72],
@@ -475,39 +548,39 @@ def test_no_recorded_section_draws_no_recorded_marks() -> None:
 
 def test_declared_calibration_not_applied() -> None:
     doc = small()
-    doc["calibration"] = {"factor": 1.2, "offset": 0, "steps": 0, "declared": True}
+    doc["calibration"] = {
+        "factor": 1.2,
+        "offset": 0,
+        "r2": None,
+        "steps": 0,
+        "median_abs_error": None,
+        "declared": True,
+    }
     doc["calibration"]["applied"] = False
     root = parse(render_html(doc))
     dd = root.findall(".//header/dl/dd")[-1]
     assert text_of(dd) == "reported ≈ 1.2 × simulated + 0 tokens · declared by hand · not applied"
 
 
-def test_minimal_document_steps_in_any_order() -> None:
-    """Only a policy and its steps: totals come from the steps, the missing stopped flag
-    from the request counts, and the line runs in request order."""
+def test_steps_in_any_order_draw_the_same_page() -> None:
+    """The lines run in request order whatever order the steps arrive in."""
+    doc = opus()
+    shuffled = copy.deepcopy(doc)
+    for r in shuffled["reports"]:
+        r["steps"] = r["steps"][1::2] + r["steps"][::2]
+    assert render_html(shuffled) == render_html(doc)
+    lines = parse(render_html(shuffled)).findall(".//path[@data-series='policy']")
+    assert lines
+    for line in lines:
+        xs = [x for x, _ in path_points(line.get("d", ""))]
+        assert xs == sorted(xs)
+
+
+def test_a_hand_trimmed_document_is_refused_at_the_first_missing_key() -> None:
     steps = [{"index": i, "input": 1000 * i, "uncached": 1000 * i} for i in (3, 1, 2)]
-    doc = {"reports": [{"policy": "p", "requests_total": 5, "steps": steps}]}
-    root = parse(render_html(doc))
-    row = one(root, ".//table[@class='totals']/tbody/tr")
-    assert row.get("class") == "stopped"
-    assert [text_of(td) for td in row][1:9] == [
-        "3 of 5, stopped",
-        "0",
-        "0",
-        "6,000",
-        "0",
-        "0",
-        "6,000",
-        "0",
-    ]
-    line = one(root, ".//path[@data-series='policy']")
-    xs = [x for x, _ in path_points(line.get("d", ""))]
-    ys = [y for _, y in path_points(line.get("d", ""))]
-    assert xs == sorted(xs) and ys == sorted(ys, reverse=True)
-    assert text_of(one(root, "head/title")) == "kilo-rules simulate: session"
-    assert text_of(one(root, ".//p[@data-skipped='cost']")) == (
-        "No cost chart: the model has no prices in the catalog."
-    )
+    with pytest.raises(DocumentError) as info:
+        render_html({"version": 1, "reports": [{"policy": "p", "steps": steps}]})
+    assert (info.value.path, info.value.problem) == ("session", "missing (a required key)")
 
 
 def test_no_prices_skips_the_cost_chart_with_a_note() -> None:
@@ -547,7 +620,7 @@ def test_strings_from_the_document_are_escaped() -> None:
     doc["reports"][1]["policy"] = HOSTILE
     doc["reports"][1]["error"] = f"boom {HOSTILE}"
     doc["reports"][1]["stopped"] = True
-    doc["cache"]["note"] = HOSTILE
+    doc["notes"] = [HOSTILE]
     text = render_html(doc)
     assert "<script" not in text and "<img" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
@@ -729,6 +802,35 @@ def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return doc
 
 
+def _without(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    node: Any = doc
+    keys = [int(k) if k.isdigit() else k for k in path.split(".")]
+    for key in keys[:-1]:
+        node = node[key]
+    del node[keys[-1]]
+    return doc
+
+
+CALIBRATION = {
+    "factor": 1.0,
+    "offset": 0,
+    "r2": None,
+    "steps": 0,
+    "median_abs_error": None,
+    "declared": True,
+    "applied": True,
+}
+RECORDED = {
+    "requests": 12,
+    "with_usage": 12,
+    "input": 1000,
+    "output": 10,
+    "cost_usd": 0.1,
+    "request_costs_usd": [0.1],
+    "compactions": [],
+}
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
@@ -738,11 +840,21 @@ def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
             "simulation document: expected a 'reports' list (one session) or a 'sessions' "
             "list (a corpus), found neither",
         ),
-        ({"reports": []}, "reports: expected at least one report, got an empty list"),
-        ({"reports": "all"}, "reports: expected a list, got a string"),
-        ({"reports": [7]}, "reports[0]: expected an object, got a number"),
-        ({"reports": [{"steps": []}]}, "reports[0].policy: missing (expected the policy's name)"),
-        ({"reports": [{"policy": 3}]}, "reports[0].policy: expected a string, got a number"),
+        (
+            _with(small(), "reports", []),
+            "reports: expected at least one report, got an empty list",
+        ),
+        (_with(small(), "reports", "all"), "reports: expected a list, got a string"),
+        (_with(small(), "reports", [7]), "reports[0]: expected an object, got a number"),
+        (_without(small(), "reports.0.policy"), "reports[0].policy: missing (a required key)"),
+        (
+            _with(small(), "reports.0.policy", 3),
+            "reports[0].policy: expected a string, got a number",
+        ),
+        (
+            _with(small(), "reports.0.bogus", 1),
+            "reports[0].bogus: unknown key (not part of a version 1 document)",
+        ),
         (
             {"version": 2, "reports": []},
             "version: this page reads version 1 documents, got version 2",
@@ -757,7 +869,11 @@ def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         ),
         (
             _with(small(), "reports.1.steps.3.input", None),
-            "reports[1].steps[3].input: missing (expected an integer)",
+            "reports[1].steps[3].input: expected an integer, got null",
+        ),
+        (
+            _without(small(), "reports.1.steps.3.input"),
+            "reports[1].steps[3].input: missing (a required key)",
         ),
         (
             _with(small(), "reports.0.cost_usd", "0.35"),
@@ -777,11 +893,22 @@ def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
             "prices.input: expected a number, got a string",
         ),
         (
-            _with(small(), "floor", {"cost_usd": "cheap"}),
+            _with(
+                small(),
+                "floor",
+                {
+                    "cost_usd": "cheap",
+                    "policy": "kilo-default",
+                    "input": 0,
+                    "cache_write": 0,
+                    "cache_read": 0,
+                    "output": 0,
+                },
+            ),
             "floor.cost_usd: expected a number, got a string",
         ),
         (
-            _with(small(), "calibration", {"applied": 1}),
+            _with(small(), "calibration", {**CALIBRATION, "applied": 1}),
             "calibration.applied: expected true or false, got a number",
         ),
         (
@@ -793,19 +920,26 @@ def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
             "reports[0].steps[0].recorded_input: expected an integer, got a string",
         ),
         (
-            _with(small(), "recorded", {"compactions": ["72"]}),
+            _with(small(), "recorded", {**RECORDED, "compactions": ["72"]}),
             "recorded.compactions[0]: expected an integer, got a string",
         ),
         (
-            _with(small(), "recorded", {"request_costs_usd": [0.1, "x"]}),
+            _with(small(), "recorded", {**RECORDED, "request_costs_usd": [0.1, "x"]}),
             "recorded.request_costs_usd[1]: expected a number, got a string",
         ),
         (_with(small(), "notes", [1]), "notes[0]: expected a string, got a number"),
-        ({"sessions": []}, "sessions: expected at least one session, got an empty list"),
-        ({"sessions": {"a": 1}}, "sessions: expected a list, got an object"),
         (
-            {"sessions": [small(), {"session": "x"}]},
-            "sessions[1].reports: missing (expected a list of reports)",
+            _with(corpus(1), "sessions", []),
+            "sessions: expected at least one session, got an empty list",
+        ),
+        (_with(corpus(1), "sessions", {"a": 1}), "sessions: expected a list, got an object"),
+        (
+            _with(corpus(2), "sessions.1", {"session": "x"}),
+            "sessions[1].version: missing (a required key)",
+        ),
+        (
+            _with(corpus(2), "failed.0.diagnostics", [{"code": "x"}]),
+            "failed[0].diagnostics[0].severity: missing (a required key)",
         ),
         (
             _with(corpus(3), "sessions.2.reports.0.steps.5.input", "many"),
@@ -825,3 +959,25 @@ def test_invalid_documents_name_the_bad_value(doc: Any, message: str) -> None:
     with pytest.raises(ValueError) as info:
         render_html(doc)
     assert str(info.value) == message
+    assert isinstance(info.value, DocumentError)
+
+
+TUNE_REPORT = Path(__file__).parent / "fixtures" / "tune" / "report.json"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("candidates.1.session_costs.0", "0.3", "expected a number, got a string"),
+        ("candidates.2.status", "done", "expected 'measured' or 'skipped', got 'done'"),
+        ("constraints.max_overflows", True, "expected an integer, got a boolean"),
+        ("winner.index", 99, "no candidate 99 in candidates"),
+        ("candidates.1.index", 0, "candidate 0 is listed twice"),
+    ],
+)
+def test_invalid_tune_reports_name_the_bad_value(path: str, value: Any, message: str) -> None:
+    doc = _with(json.loads(TUNE_REPORT.read_text(encoding="utf-8")), path, value)
+    with pytest.raises(DocumentError) as info:
+        render_tune_html(doc)
+    where = re.sub(r"\.(\d+)", r"[\1]", path)
+    assert str(info.value) == f"{where}: {message}"

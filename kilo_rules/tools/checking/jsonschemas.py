@@ -99,6 +99,7 @@ def _models() -> dict[str, tuple[type[BaseModel], str]]:
     from kilo_rules.engine.formats.session import Session
     from kilo_rules.engine.formats.tune_format import TuneFile
     from kilo_rules.engine.frontend.routes import RoutesFile
+    from kilo_rules.tools.simulation.documents import CorpusDocument, SessionDocument, TuneReport
 
     return {
         "policy.v1.json": (Policy, "kilo-rules policy v1"),
@@ -107,6 +108,9 @@ def _models() -> dict[str, tuple[type[BaseModel], str]]:
         "routes.v1.json": (RoutesFile, "kilo-rules routes v1"),
         "policytest.v1.json": (PolicyTestFile, "kilo-rules policy tests v1"),
         "tune.v1.json": (TuneFile, "kilo-rules tune v1"),
+        "simulate.v1.json": (SessionDocument, "kilo-rules simulate document v1"),
+        "corpus.v1.json": (CorpusDocument, "kilo-rules simulate corpus document v1"),
+        "tune-report.v1.json": (TuneReport, "kilo-rules tune report v1"),
     }
 
 

@@ -28,6 +28,12 @@ from kilo_rules.tools.cli._runner import EXIT_DIAGNOSTICS, EXIT_OK, session_fail
 from kilo_rules.tools.cli._table import render_table
 
 if TYPE_CHECKING:
+    from kilo_rules.tools.simulation.documents import (
+        CorpusDocument,
+        FailedSession,
+        PolicyReport,
+        SessionDocument,
+    )
     from kilo_rules.tools.simulation.fleet import Outcome
 
 _HEADERS = (
@@ -169,50 +175,50 @@ def _declared(args: argparse.Namespace, provider: str) -> Any:
     return Calibration(factor=factor or 1.0, offset=args.hidden_prefix or 0)
 
 
-def _one(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+def _one(args: argparse.Namespace, doc: SessionDocument) -> int:
     if args.format == "json":
-        print(json.dumps(doc, indent=2, ensure_ascii=False))
+        print(json.dumps(doc.to_json(), indent=2, ensure_ascii=False))
     else:
-        cache = doc["cache"]
-        reports = doc["reports"]
+        cache = doc.cache
+        reports = doc.reports
         print(
-            f"{doc['session']} on {doc['model']} (cache {cache['kind']}, minimum "
-            f"{cache['min_cacheable_tokens']:,} tokens; counted with {reports[0]['counter']})"
+            f"{doc.session} on {doc.model} (cache {cache.kind}, minimum "
+            f"{cache.min_cacheable_tokens:,} tokens; counted with {reports[0].counter})"
         )
         for line in _notes(doc):
             print(line)
         print(format_table(reports))
-        if doc["prices"] is None:
+        if doc.prices is None:
             print("(no prices in the catalog for this model: costs not computed)")
     _write_html(args, doc)
-    failed = [r for r in doc["reports"] if r["error"] is not None]
+    failed = [r for r in doc.reports if r.error is not None]
     for r in failed:
-        print(f"kilo-rules simulate: {r['policy']}: stopped early: {r['error']}", file=sys.stderr)
+        print(f"kilo-rules simulate: {r.policy}: stopped early: {r.error}", file=sys.stderr)
     return EXIT_DIAGNOSTICS if failed else EXIT_OK
 
 
-def _notes(doc: Mapping[str, Any]) -> list[str]:
+def _notes(doc: SessionDocument) -> list[str]:
     """The notes, the calibration and the floor, one line each."""
-    out = [f"note: {n}" for n in doc.get("notes", ())]
-    cal = doc.get("calibration")
+    out = [f"note: {n}" for n in doc.notes]
+    cal = doc.calibration
     if cal is not None:
-        how = "declared" if cal["declared"] else f"fitted on {cal['steps']} recorded requests"
+        how = "declared" if cal.declared else f"fitted on {cal.steps} recorded requests"
         fit = ""
-        if not cal["declared"]:
+        if not cal.declared:
             fit = (
-                f", R² {cal['r2']:.3f}, median error {100 * cal['median_abs_error']:.1f} %"
-                if cal["r2"] is not None and cal["median_abs_error"] is not None
+                f", R² {cal.r2:.3f}, median error {100 * cal.median_abs_error:.1f} %"
+                if cal.r2 is not None and cal.median_abs_error is not None
                 else ""
             )
-        state = "applied" if cal["applied"] else "not applied (--calibrate applies it)"
+        state = "applied" if cal.applied else "not applied (--calibrate applies it)"
         out.append(
-            f"calibration ({how}{fit}): provider count = {cal['factor']:.3f} x simulated "
-            f"+ {cal['offset']:,} hidden tokens; {state}"
+            f"calibration ({how}{fit}): provider count = {cal.factor:.3f} x simulated "
+            f"+ {cal.offset:,} hidden tokens; {state}"
         )
-    floor = doc.get("floor")
-    if floor is not None and floor.get("cost_usd") is not None:
+    floor = doc.floor
+    if floor is not None:
         out.append(
-            f"cost floor ${floor['cost_usd']:.4f}: {floor['policy']}'s requests under a "
+            f"cost floor ${floor.cost_usd:.4f}: {floor.policy}'s requests under a "
             "perfect prompt cache (each token written once, read by every later request "
             "that repeats it)"
         )
@@ -220,8 +226,9 @@ def _notes(doc: Mapping[str, Any]) -> list[str]:
 
 
 def _many(args: argparse.Namespace, paths: Sequence[Path], job: Any) -> int:
+    from kilo_rules.tools.simulation.documents import CorpusDocument, SkippedFile
     from kilo_rules.tools.simulation.fleet import (
-        aggregate,
+        aggregate_documents,
         aggregate_rows,
         named_files,
         not_a_log,
@@ -232,33 +239,33 @@ def _many(args: argparse.Namespace, paths: Sequence[Path], job: Any) -> int:
     with opt.corpus_run(args, len(paths)) as how:
         outcomes = run_corpus(paths, job, **how)
     named = named_files(args.session)
-    docs: list[dict[str, Any]] = []
-    failures: list[Outcome[Any]] = []
-    skipped: list[dict[str, str]] = []
+    docs: list[SessionDocument] = []
+    failures: list[Outcome[SessionDocument]] = []
+    skipped: list[SkippedFile] = []
     for o in outcomes:
         reason = not_a_log(o, named)
         if o.value is not None:
             docs.append(o.value)
         elif reason is not None:
             skipped.append(
-                {"session": str(o.path), "code": o.diagnostics[0].code, "reason": reason}
+                SkippedFile(session=str(o.path), code=o.diagnostics[0].code, reason=reason)
             )
         else:
             failures.append(o)
     if not docs and not failures:
         raise _nothing_to_replay(len(skipped))
     failed = [_failed(o) for o in failures]
-    agg = aggregate([*docs, *failed], worst=args.worst)
-    corpus = {
-        "version": 1,
-        "model": job.model.id,
-        "sessions": docs,
-        "aggregate": agg,
-        "failed": failed,
-        "skipped": skipped,
-    }
+    agg = aggregate_documents([*docs, *failed], worst=args.worst)
+    corpus = CorpusDocument(
+        version=1,
+        model=job.model.id,
+        sessions=docs,
+        aggregate=agg,
+        failed=failed,
+        skipped=skipped,
+    )
     if args.format == "json":
-        print(json.dumps(corpus, indent=2, ensure_ascii=False))
+        print(json.dumps(corpus.to_json(), indent=2, ensure_ascii=False))
     else:
         also = ""
         if skipped:
@@ -266,17 +273,16 @@ def _many(args: argparse.Namespace, paths: Sequence[Path], job: Any) -> int:
         print(f"{len(docs):,} sessions on {job.model.id} ({len(failures):,} failed{also})")
         headers, rows = aggregate_rows(agg)
         print(render_table(headers, rows, right=range(1, len(headers))))
-        if agg.get("worst"):
+        if agg.worst:
             print("\nworst sessions (stopped first, then by cost against the floor):")
             headers, rows = worst_rows(agg)
             print(render_table(headers, rows))
     for doc in docs:
-        for note in doc.get("notes", ()):
-            print(f"kilo-rules simulate: note: {doc['session']}: {note}", file=sys.stderr)
+        for note in doc.notes:
+            print(f"kilo-rules simulate: note: {doc.session}: {note}", file=sys.stderr)
     for entry in skipped:
         print(
-            f"kilo-rules simulate: skipped {entry['session']}: not a recorded log "
-            f"({entry['reason']})",
+            f"kilo-rules simulate: skipped {entry.session}: not a recorded log ({entry.reason})",
             file=sys.stderr,
         )
     if docs:
@@ -291,7 +297,7 @@ def _many(args: argparse.Namespace, paths: Sequence[Path], job: Any) -> int:
             session_failure("kilo-rules simulate", str(o.path), o.diagnostics, o.error),
             file=sys.stderr,
         )
-    early = sum(1 for d in docs for r in d["reports"] if r["error"] is not None)
+    early = sum(1 for d in docs for r in d.reports if r.error is not None)
     if early:
         print(f"kilo-rules simulate: {early} replays stopped early", file=sys.stderr)
     if failures and docs:
@@ -305,14 +311,16 @@ def _many(args: argparse.Namespace, paths: Sequence[Path], job: Any) -> int:
     return EXIT_DIAGNOSTICS if failures or early else EXIT_OK
 
 
-def _failed(o: Outcome[Any]) -> dict[str, Any]:
+def _failed(o: Outcome[Any]) -> FailedSession:
     """A failed session as the corpus document lists it: the first diagnostic as text (what
     the HTML report shows) and all of them."""
-    return {
-        "session": str(o.path),
-        "error": str(o.diagnostics[0]) if o.diagnostics else o.error,
-        "diagnostics": [d.to_json() for d in o.diagnostics],
-    }
+    from kilo_rules.tools.simulation.documents import DiagnosticDocument, FailedSession
+
+    return FailedSession(
+        session=str(o.path),
+        error=str(o.diagnostics[0]) if o.diagnostics else (o.error or "failed"),
+        diagnostics=[DiagnosticDocument.model_validate(d.to_json()) for d in o.diagnostics],
+    )
 
 
 def _nothing_to_replay(skipped: int) -> SessionError:
@@ -330,7 +338,7 @@ def _nothing_to_replay(skipped: int) -> SessionError:
     )
 
 
-def _write_html(args: argparse.Namespace, doc: Mapping[str, Any]) -> None:
+def _write_html(args: argparse.Namespace, doc: SessionDocument | CorpusDocument) -> None:
     if not args.html:
         return
     from kilo_rules.tools.simulation.htmlreport import render_html
@@ -348,34 +356,37 @@ def _write_html(args: argparse.Namespace, doc: Mapping[str, Any]) -> None:
         ) from None
 
 
-def _row(report: Mapping[str, Any], first: float | None) -> tuple[str, ...]:
-    cost = report["cost_usd"]
+def _row(report: PolicyReport, first: float | None) -> tuple[str, ...]:
+    cost = report.cost_usd
     ratio = f"{cost / first:.2f}x" if cost is not None and first else "-"
-    floor = report.get("floor_ratio")
-    done = f"{report['requests']:,}"
-    if report["stopped"]:  # fewer requests: its totals are not a cost to compare
-        done = f"{done} of {report['requests_total']:,}, stopped"
+    floor = report.floor_ratio
+    done = f"{report.requests:,}"
+    if report.stopped:  # fewer requests: its totals are not a cost to compare
+        done = f"{done} of {report.requests_total:,}, stopped"
         ratio = "-"
     return (
-        report["policy"],
+        report.policy,
         done,
-        f"{report['compactions']:,}",
-        f"{report['input']:,}",
-        f"{report['cache_read']:,}",
-        f"{report['cache_write']:,}",
-        f"{report['uncached']:,}",
-        f"{report['output']:,}",
-        f"{report['max_request']:,} / {report['window']:,}",
+        f"{report.compactions:,}",
+        f"{report.input:,}",
+        f"{report.cache_read:,}",
+        f"{report.cache_write:,}",
+        f"{report.uncached:,}",
+        f"{report.output:,}",
+        f"{report.max_request:,} / {report.window:,}",
         "-" if cost is None else f"{cost:.4f}",
         "-" if floor is None else f"{floor:.2f}x",
         ratio,
     )
 
 
-def format_table(reports: Sequence[Mapping[str, Any]]) -> str:
-    """The comparison table of one session's reports (their JSON): one row per report,
-    the cost against the floor and against the first; the policy name left-aligned, the
-    numbers right-aligned."""
-    first = reports[0]["cost_usd"] if reports and not reports[0]["stopped"] else None
-    rows = [_row(r, first) for r in reports]
+def format_table(reports: Sequence[PolicyReport | Mapping[str, Any]]) -> str:
+    """The comparison table of one session's reports (the documents' reports, or their
+    JSON): one row per report, the cost against the floor and against the first; the
+    policy name left-aligned, the numbers right-aligned."""
+    from kilo_rules.tools.simulation.documents import PolicyReport
+
+    typed = [r if isinstance(r, PolicyReport) else PolicyReport.model_validate(r) for r in reports]
+    first = typed[0].cost_usd if typed and not typed[0].stopped else None
+    rows = [_row(r, first) for r in typed]
     return render_table(_HEADERS, rows, right=range(1, len(_HEADERS)))

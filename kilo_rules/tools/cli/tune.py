@@ -57,7 +57,12 @@ def register(sub: opt.Subcommands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the tune file, replay, write the outputs and print the best candidates."""
-    from kilo_rules.tools.simulation.tune import load_tune_file, run_tune, write_outputs
+    from kilo_rules.tools.simulation.tune import (
+        load_tune_file,
+        run_tune,
+        with_winner_file,
+        write_outputs,
+    )
 
     # Refused before the tune file is read: a mistyped option is the first thing to say.
     opt.check_jobs(args)
@@ -66,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
         result = run_tune(spec, **how)
     written = write_outputs(result, args.out)
     if args.format == "json":
-        report = result.to_json()
-        if "policy" in written and report["winner"] is not None:
-            report["winner"]["file"] = str(written["policy"])
-        report["outputs"] = {k: str(v) for k, v in written.items()}
-        print(json.dumps(report, indent=2, ensure_ascii=False))
+        report = result.document()
+        if "policy" in written:
+            report = with_winner_file(report, written["policy"])
+        report = report.model_copy(update={"outputs": {k: str(v) for k, v in written.items()}})
+        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
         _print_text(result, written)
     for session, reason in result.skipped:

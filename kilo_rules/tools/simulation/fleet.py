@@ -7,9 +7,10 @@ corpora that outgrow one machine) and keeps going when one of them fails, even w
 worker dies: that session alone fails, with located diagnostics; :func:`not_a_log` tells a
 file a folder or glob matched that is no log at all (to skip) from a broken log (a
 failure). :func:`progress_reporter` shows how far it got. :func:`aggregate` sums the per-session
-simulation documents per policy and finds the sessions that cost the most.
+simulation documents (:mod:`~kilo_rules.tools.simulation.documents`) per policy and finds the
+sessions that cost the most.
 
-This module knows nothing of policies or sessions: the work is any picklable function of a
+Running knows nothing of policies or sessions: the work is any picklable function of a
 path, so that it can run in another process. rich (the ``report`` extra) and Dask (the
 ``distributed`` extra) are imported only when they are used.
 """
@@ -32,9 +33,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, Literal, TextIO, TypeVar
 
+from pydantic import BaseModel, ConfigDict
+
 from kilo_rules.engine.base import safefs
 from kilo_rules.engine.base.errors import Diagnostic, KiloRulesError, Location, SessionError
 from kilo_rules.engine.formats.load import read_error
+from kilo_rules.tools.simulation.documents import (
+    CorpusAggregate,
+    FailedSession,
+    PolicyAggregate,
+    PolicyReport,
+    SessionDocument,
+    WorstSession,
+)
 
 __all__ = [
     "COMMAND_LINE",
@@ -45,6 +56,7 @@ __all__ = [
     "Outcome",
     "Progress",
     "aggregate",
+    "aggregate_documents",
     "aggregate_rows",
     "expand_sessions",
     "named_files",
@@ -830,30 +842,58 @@ def _nearest_rank(values: Sequence[float], percent: float) -> float:
     return ordered[rank - 1]
 
 
-def _floor_cost(doc: Mapping[str, Any]) -> float | None:
-    floor = doc.get("floor")
-    if not isinstance(floor, Mapping):
-        return None
-    cost = floor.get("cost_usd")
-    return float(cost) if isinstance(cost, int | float) else None
+class _LooseReport(BaseModel):
+    """What :func:`aggregate` reads of a report given as a mapping: the keys it needs, each
+    with the value its absence means (a hand-made or older document may leave some out)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    policy: str = ""
+    stopped: bool = False
+    compactions: int = 0
+    provider_overflows: int = 0
+    input: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+    cost_usd: float | None = None
+    floor_ratio: float | None = None
 
 
-def _report_cost(doc: Mapping[str, Any], report: Mapping[str, Any]) -> float | None:
-    if doc.get("prices") is None:
-        return None
-    cost = report.get("cost_usd")
-    return float(cost) if isinstance(cost, int | float) else None
+class _LooseFloor(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cost_usd: float | None = None
 
 
-def _report_ratio(doc: Mapping[str, Any], report: Mapping[str, Any]) -> float | None:
-    ratio = report.get("floor_ratio")
-    if isinstance(ratio, int | float):
-        return float(ratio)
+class _LooseDocument(BaseModel):
+    """What :func:`aggregate` reads of a session document given as a mapping."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    session: str = ""
+    prices: dict[str, Any] | None = None
+    floor: _LooseFloor | None = None
+    reports: list[_LooseReport] = []
+
+
+_Report = PolicyReport | _LooseReport
+_Session = SessionDocument | _LooseDocument
+
+
+def _floor_cost(doc: _Session) -> float | None:
+    return None if doc.floor is None else doc.floor.cost_usd
+
+
+def _report_cost(doc: _Session, report: _Report) -> float | None:
+    return None if doc.prices is None else report.cost_usd
+
+
+def _report_ratio(doc: _Session, report: _Report) -> float | None:
+    if report.floor_ratio is not None:
+        return report.floor_ratio
     cost, floor = _report_cost(doc, report), _floor_cost(doc)
     return cost / floor if cost is not None and floor else None
-
-
-_TOKEN_KEYS = ("compactions", "provider_overflows", "input", "cache_read", "cache_write", "output")
 
 
 class _PolicyTotals:
@@ -862,22 +902,27 @@ class _PolicyTotals:
         self.sessions = 0
         self.stopped = 0
         self.completed = 0
-        self.sums = dict.fromkeys(_TOKEN_KEYS, 0)
+        self.compactions = self.overflows = self.input = 0
+        self.read = self.write = self.output = 0
         self.costs: list[float] = []
         self.cost_known = True
         self.floor = 0.0
         self.floor_known = True
 
-    def add(self, doc: Mapping[str, Any], report: Mapping[str, Any]) -> None:
+    def add(self, doc: _Session, report: _Report) -> None:
         self.sessions += 1
-        if report.get("stopped"):
+        if report.stopped:
             # Its totals cover part of the session: adding them would make a policy that
             # gives up look cheap.
             self.stopped += 1
             return
         self.completed += 1
-        for key in _TOKEN_KEYS:
-            self.sums[key] += int(report.get(key) or 0)
+        self.compactions += report.compactions
+        self.overflows += report.provider_overflows
+        self.input += report.input
+        self.read += report.cache_read
+        self.write += report.cache_write
+        self.output += report.output
         cost = _report_cost(doc, report)
         if cost is None:
             self.cost_known = False
@@ -889,78 +934,109 @@ class _PolicyTotals:
         else:
             self.floor += floor
 
-    def to_json(self) -> dict[str, Any]:
+    def document(self) -> PolicyAggregate:
         priced = self.cost_known and bool(self.costs)
         cost = math.fsum(self.costs) if priced else None
         floor = self.floor if self.floor_known and self.completed else None
-        return {
-            "policy": self.policy,
-            "sessions": self.sessions,
-            "stopped": self.stopped,
-            "cost_usd": cost,
-            **self.sums,
-            "floor_cost_usd": floor,
-            "floor_ratio": cost / floor if cost is not None and floor else None,
-            "cost_p50": _nearest_rank(self.costs, 50) if priced else None,
-            "cost_p90": _nearest_rank(self.costs, 90) if priced else None,
-            "cost_max": max(self.costs) if priced else None,
-        }
+        return PolicyAggregate(
+            policy=self.policy,
+            sessions=self.sessions,
+            stopped=self.stopped,
+            cost_usd=cost,
+            compactions=self.compactions,
+            provider_overflows=self.overflows,
+            input=self.input,
+            cache_read=self.read,
+            cache_write=self.write,
+            output=self.output,
+            floor_cost_usd=floor,
+            floor_ratio=cost / floor if cost is not None and floor else None,
+            cost_p50=_nearest_rank(self.costs, 50) if priced else None,
+            cost_p90=_nearest_rank(self.costs, 90) if priced else None,
+            cost_max=max(self.costs) if priced else None,
+        )
 
 
-def aggregate(docs: Sequence[Mapping[str, Any]], *, worst: int = 10) -> dict[str, Any]:
+def _typed(doc: SessionDocument | FailedSession | Mapping[str, Any]) -> _Session | None:
+    """A session document to add up, None for a session that failed."""
+    if isinstance(doc, FailedSession):
+        return None
+    if isinstance(doc, SessionDocument):
+        return doc
+    if doc.get("error") is not None:
+        return None
+    return _LooseDocument.model_validate(doc)
+
+
+def aggregate(
+    docs: Sequence[SessionDocument | FailedSession | Mapping[str, Any]], *, worst: int = 10
+) -> dict[str, Any]:
+    """:func:`aggregate_documents` as JSON data, of documents or of their JSON.
+
+    A mapping is read leniently, as a hand-made or older document may be written: a
+    non-null ``error`` makes it a failed session, and of the others only ``session``,
+    ``prices``, ``floor.cost_usd`` and each report's ``policy``, ``stopped``, token sums,
+    ``cost_usd`` and ``floor_ratio`` are read, each absent one taken as null, zero or
+    false."""
+    return _aggregate([_typed(d) for d in docs], worst).to_json()
+
+
+def aggregate_documents(
+    docs: Sequence[SessionDocument | FailedSession], *, worst: int = 10
+) -> CorpusAggregate:
     """Per-policy totals over per-session simulation documents, and the worst sessions.
 
-    Each document is what ``kilo-rules simulate --format json`` prints for one session
-    (``session``, ``prices``, ``reports``; optionally ``floor.cost_usd`` and each report's
-    ``floor_ratio``); a document with a non-null ``error`` is a session whose simulation
-    failed, counted in ``failed`` and nowhere else.
+    Each document is what ``kilo-rules simulate --format json`` prints for one session; a
+    :class:`~kilo_rules.tools.simulation.documents.FailedSession` is a session whose
+    simulation failed, counted in ``failed`` and nowhere else.
 
-    Returns ``{"policies": [...], "worst": [...], "sessions": n, "failed": m}``. Each
-    policy, in the order first seen: ``sessions`` simulated and how many ``stopped`` early;
-    ``cost_usd``, the token sums, ``compactions`` and ``provider_overflows`` over the
-    sessions that did *not* stop (a stopped run's totals are partial); ``floor_cost_usd``
-    (the floors of the same sessions) and ``floor_ratio``; the per-session cost
-    distribution ``cost_p50``, ``cost_p90`` (nearest rank) and ``cost_max``. A cost is
-    null when a document has no prices or no session completed; a floor when a document
-    has none.
+    Each policy, in the order first seen: ``sessions`` simulated and how many ``stopped``
+    early; ``cost_usd``, the token sums, ``compactions`` and ``provider_overflows`` over
+    the sessions that did *not* stop (a stopped run's totals are partial);
+    ``floor_cost_usd`` (the floors of the same sessions) and ``floor_ratio``; the
+    per-session cost distribution ``cost_p50``, ``cost_p90`` (nearest rank) and
+    ``cost_max``. A cost is null when a document has no prices or no session completed; a
+    floor when a document has none.
 
     ``worst`` lists that many (session, policy) pairs, stopped ones first, then by
     ``floor_ratio`` (those without one by cost), highest first.
     """
+    return _aggregate([_typed(d) for d in docs], worst)
+
+
+def _aggregate(docs: Sequence[_Session | None], worst: int) -> CorpusAggregate:
     if worst < 0:
         raise ValueError(f"worst must be 0 or more, got {worst}")
     totals: dict[str, _PolicyTotals] = {}
-    pairs: list[dict[str, Any]] = []
+    pairs: list[WorstSession] = []
     failed = 0
     for doc in docs:
-        if doc.get("error") is not None:
+        if doc is None:
             failed += 1
             continue
-        session = str(doc.get("session", ""))
-        for report in doc.get("reports") or ():
-            policy = str(report.get("policy", ""))
-            totals.setdefault(policy, _PolicyTotals(policy)).add(doc, report)
+        for report in doc.reports:
+            totals.setdefault(report.policy, _PolicyTotals(report.policy)).add(doc, report)
             pairs.append(
-                {
-                    "session": session,
-                    "policy": policy,
-                    "cost_usd": _report_cost(doc, report),
-                    "floor_ratio": _report_ratio(doc, report),
-                    "compactions": int(report.get("compactions") or 0),
-                    "stopped": bool(report.get("stopped")),
-                }
+                WorstSession(
+                    session=doc.session,
+                    policy=report.policy,
+                    cost_usd=_report_cost(doc, report),
+                    floor_ratio=_report_ratio(doc, report),
+                    compactions=report.compactions,
+                    stopped=report.stopped,
+                )
             )
     pairs.sort(key=_worst_key)
-    return {
-        "policies": [t.to_json() for t in totals.values()],
-        "worst": pairs[:worst],
-        "sessions": len(docs),
-        "failed": failed,
-    }
+    return CorpusAggregate(
+        policies=[t.document() for t in totals.values()],
+        worst=pairs[:worst],
+        sessions=len(docs),
+        failed=failed,
+    )
 
 
-def _worst_key(pair: Mapping[str, Any]) -> tuple[int, int, float, str, str]:
-    ratio, cost = pair["floor_ratio"], pair["cost_usd"]
+def _worst_key(pair: WorstSession) -> tuple[int, int, float, str, str]:
+    ratio, cost = pair.floor_ratio, pair.cost_usd
     # Lower sorts first: stopped, then measured against a floor, then by cost only, then
     # pairs with nothing to rank by; ties in session then policy order.
     if ratio is not None:
@@ -969,7 +1045,7 @@ def _worst_key(pair: Mapping[str, Any]) -> tuple[int, int, float, str, str]:
         rank, value = 1, -cost
     else:
         rank, value = 2, 0.0
-    return (0 if pair["stopped"] else 1, rank, value, pair["session"], pair["policy"])
+    return (0 if pair.stopped else 1, rank, value, pair.session, pair.policy)
 
 
 _POLICY_HEADERS: tuple[str, ...] = (
@@ -1008,39 +1084,54 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def aggregate_rows(agg: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """The policy table of an :func:`aggregate` result as text cells: the headers and one
-    row per policy (the policy name first, then numbers, to right-align)."""
+def _as_aggregate(agg: CorpusAggregate | Mapping[str, Any]) -> CorpusAggregate:
+    return agg if isinstance(agg, CorpusAggregate) else CorpusAggregate.model_validate(agg)
+
+
+def aggregate_rows(
+    agg: CorpusAggregate | Mapping[str, Any],
+) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The policy table of an aggregate (:func:`aggregate_documents`, or :func:`aggregate`'s
+    JSON) as text cells: the headers and one row per policy (the policy name first, then
+    numbers, to right-align)."""
     rows: list[tuple[str, ...]] = [
         (
-            str(p["policy"]),
-            f"{p['sessions']:,}",
-            f"{p['stopped']:,}",
-            *(f"{p[key]:,}" for key in _TOKEN_KEYS),
-            _money(p["cost_usd"]),
-            _money(p["cost_p50"]),
-            _money(p["cost_p90"]),
-            _money(p["cost_max"]),
-            _money(p["floor_cost_usd"]),
-            _ratio(p["floor_ratio"]),
+            p.policy,
+            f"{p.sessions:,}",
+            f"{p.stopped:,}",
+            f"{p.compactions:,}",
+            f"{p.provider_overflows:,}",
+            f"{p.input:,}",
+            f"{p.cache_read:,}",
+            f"{p.cache_write:,}",
+            f"{p.output:,}",
+            _money(p.cost_usd),
+            _money(p.cost_p50),
+            _money(p.cost_p90),
+            _money(p.cost_max),
+            _money(p.floor_cost_usd),
+            _ratio(p.floor_ratio),
         )
-        for p in agg["policies"]
+        for p in _as_aggregate(agg).policies
     ]
     return _POLICY_HEADERS, rows
 
 
-def worst_rows(agg: Mapping[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """The worst-sessions list of an :func:`aggregate` result as text cells: the headers
-    and one row per (session, policy) pair, worst first."""
+def worst_rows(
+    agg: CorpusAggregate | Mapping[str, Any],
+) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The worst-sessions list of an aggregate (:func:`aggregate_documents`, or
+    :func:`aggregate`'s JSON) as text cells: the headers and one row per (session, policy)
+    pair, worst first."""
     rows: list[tuple[str, ...]] = [
         (
-            str(w["session"]),
-            str(w["policy"]),
-            _money(w["cost_usd"]),
-            _ratio(w["floor_ratio"]),
-            f"{w['compactions']:,}",
-            "yes" if w["stopped"] else "",
+            w.session,
+            w.policy,
+            _money(w.cost_usd),
+            _ratio(w.floor_ratio),
+            f"{w.compactions:,}",
+            "yes" if w.stopped else "",
         )
-        for w in agg["worst"]
+        for w in _as_aggregate(agg).worst
     ]
     return _WORST_HEADERS, rows

@@ -13,10 +13,10 @@ The output is deterministic (the same document gives the same bytes), so two rep
 be diffed. Series longer than :data:`MAX_POINTS` are reduced to each bucket's minimum and
 maximum, keeping every step that carries a marker, so a long session stays a small file.
 
-This module sits at the bottom of the package's layers: it imports only the standard
-library, and it validates the document itself (the JSON may come from another version of
-the simulator or from a hand-edited file), raising :class:`ValueError` with the path of the
-first bad value.
+It reads the documents as their models (:mod:`~kilo_rules.tools.simulation.documents`),
+and validates JSON data against them strictly (the JSON may come from another version of
+the simulator or from a hand-edited file), raising :class:`DocumentError` (a
+:class:`ValueError`) with the path of the first bad value and what is wrong with it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,33 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["MAX_CHARTED_SESSIONS", "MAX_POINTS", "render_html", "render_tune_html"]
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from kilo_rules.tools.simulation.documents import (
+    CorpusDocument,
+    DiagnosticDocument,
+    PolicyAggregate,
+    PolicyReport,
+    SessionDocument,
+    SimulatedStep,
+    TuneCandidate,
+    TuneReport,
+    WorstSession,
+    read_document,
+)
+
+__all__ = [
+    "MAX_CHARTED_SESSIONS",
+    "MAX_POINTS",
+    "DocumentError",
+    "render_html",
+    "render_tune_html",
+]
+
+_D = TypeVar("_D", bound=BaseModel)
 
 #: A chart series longer than this is reduced (per-bucket min and max, markers kept).
 MAX_POINTS = 1500
@@ -69,151 +93,14 @@ _SVG_NS = "http://www.w3.org/2000/svg"
 # --- the document, validated ---------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Step:
-    index: int
-    input: int
-    read: int
-    write: int
-    uncached: int
-    output: int
-    compactions: int
-    prunes: int
-    overflows: int
-    cost: float | None
-    recorded: int | None
+class DocumentError(ValueError):
+    """A document the page cannot be drawn from: ``path`` names the first bad value (``""``
+    for the document itself), ``problem`` what is wrong with it."""
 
-
-@dataclass(frozen=True, slots=True)
-class _Report:
-    policy: str
-    model: str
-    counter: str
-    requests: int
-    requests_total: int
-    stopped: bool
-    compactions: int
-    overflows: int
-    input: int
-    read: int
-    write: int
-    uncached: int
-    output: int
-    max_request: int
-    window: int | None
-    cost: float | None
-    error: str | None
-    compaction_limit: int | None
-    floor_ratio: float | None
-    steps: tuple[_Step, ...]
-    has_steps: bool
-    has_prunes: bool
-
-
-@dataclass(frozen=True, slots=True)
-class _Floor:
-    cost: float | None
-    policy: str | None
-    input: int
-    write: int
-    read: int
-    output: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Calibration:
-    factor: float | None
-    offset: float | None
-    r2: float | None
-    steps: int | None
-    median_abs_error: float | None
-    declared: bool | None
-    applied: bool | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Recorded:
-    """The session as its agent ran it: the cost from its log's usage, per request, and the
-    requests its own compactions came before."""
-
-    cost: float | None
-    costs: tuple[float | None, ...]
-    compactions: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Session:
-    session: str
-    messages: int | None
-    model: str
-    cache: tuple[tuple[str, Any], ...]
-    prices: tuple[tuple[str, float | None], ...] | None
-    floor: _Floor | None
-    calibration: _Calibration | None
-    reports: tuple[_Report, ...]
-    recorded: _Recorded | None = None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def counters(self) -> list[str]:
-        return _unique(r.counter for r in self.reports if r.counter)
-
-    @property
-    def calibrated(self) -> bool:
-        """The counts shown are calibrated to the provider's, not the counter's own."""
-        return self.calibration is not None and bool(self.calibration.applied)
-
-    def counted(self) -> str:
-        """What the token counts shown are, in words (HTML)."""
-        counters = ", ".join(f"<code>{_e(c)}</code>" for c in self.counters) or (
-            "the simulator's counter"
-        )
-        c = self.calibration
-        if c is None or not c.applied:
-            return counters
-        factor = c.factor if c.factor is not None else 1.0
-        return (
-            f"{counters}, calibrated to the provider's count ({factor:g} × counted + "
-            f"{_num(c.offset or 0)} hidden tokens)"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _AggPolicy:
-    policy: str
-    sessions: int
-    stopped: int
-    cost: float | None
-    compactions: int
-    overflows: int
-    input: int
-    read: int
-    write: int
-    output: int
-    floor_cost: float | None
-    floor_ratio: float | None
-    p50: float | None
-    p90: float | None
-    pmax: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Worst:
-    session: str
-    policy: str
-    cost: float | None
-    floor_ratio: float | None
-    compactions: int
-    stopped: bool
-
-
-@dataclass(frozen=True, slots=True)
-class _Document:
-    sessions: tuple[_Session, ...]
-    corpus: bool
-    policies: tuple[_AggPolicy, ...] | None
-    worst: tuple[_Worst, ...] | None
-    failed: tuple[tuple[str, str], ...] = ()
+    def __init__(self, path: str, problem: str, *, what: str = "simulation document") -> None:
+        super().__init__(f"{path or what}: {problem}")
+        self.path = path
+        self.problem = problem
 
 
 def _kind(value: object) -> str:
@@ -232,308 +119,145 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
-class _Obj:
-    """One JSON object of the document and its path, which every error message names."""
-
-    def __init__(self, value: object, path: str, *, what: str = "simulation document") -> None:
-        if not isinstance(value, Mapping):
-            raise ValueError(f"{path or what}: expected an object, got {_kind(value)}")
-        self.map: Mapping[str, Any] = value
-        self.path = path
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def has(self, key: str) -> bool:
-        return self.map.get(key) is not None
-
-    def opt_integer(self, key: str) -> int | None:
-        value = self.map.get(key)
-        if value is None:
-            return None
-        # bool is an int to Python but never a count in the document.
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{self.at(key)}: expected an integer, got {_kind(value)}")
-        return value
-
-    def integer(self, key: str, default: int = 0) -> int:
-        value = self.opt_integer(key)
-        return default if value is None else value
-
-    def number(self, key: str) -> float | None:
-        value = self.map.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{self.at(key)}: expected a number, got {_kind(value)}")
-        if not math.isfinite(value):
-            raise ValueError(f"{self.at(key)}: expected a finite number, got {value}")
-        return float(value)
-
-    def opt_text(self, key: str) -> str | None:
-        value = self.map.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise ValueError(f"{self.at(key)}: expected a string, got {_kind(value)}")
-        return value
-
-    def text(self, key: str, default: str = "") -> str:
-        value = self.opt_text(key)
-        return default if value is None else value
-
-    def opt_flag(self, key: str) -> bool | None:
-        value = self.map.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, bool):
-            raise ValueError(f"{self.at(key)}: expected true or false, got {_kind(value)}")
-        return value
-
-    def items(self, key: str) -> list[Any] | None:
-        value = self.map.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list | tuple):
-            raise ValueError(f"{self.at(key)}: expected a list, got {_kind(value)}")
-        return list(value)
-
-    def child(self, key: str) -> _Obj | None:
-        value = self.map.get(key)
-        return None if value is None else _Obj(value, self.at(key))
+def _path(loc: Sequence[int | str]) -> str:
+    """A pydantic error location as the document's path: ``reports[0].steps[5].input``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
 
 
-def _parse(doc: object) -> _Document:
-    root = _Obj(doc, "")
-    version = root.opt_integer("version")
-    if version is not None and version != 1:
-        raise ValueError(f"version: this page reads version 1 documents, got version {version}")
-    sessions = root.items("sessions")
-    if sessions is not None:
-        if not sessions:
-            raise ValueError("sessions: expected at least one session, got an empty list")
-        parsed = tuple(_session(_Obj(s, f"sessions[{i}]")) for i, s in enumerate(sessions))
-        policies: tuple[_AggPolicy, ...] | None = None
-        worst: tuple[_Worst, ...] | None = None
-        aggregate = root.child("aggregate")
-        if aggregate is not None:
-            rows = aggregate.items("policies")
-            if rows is not None:
-                policies = tuple(
-                    _agg_policy(_Obj(p, f"{aggregate.at('policies')}[{i}]"))
-                    for i, p in enumerate(rows)
-                )
-            worst_rows = aggregate.items("worst")
-            if worst_rows is not None:
-                worst = tuple(
-                    _worst(_Obj(w, f"{aggregate.at('worst')}[{i}]"))
-                    for i, w in enumerate(worst_rows)
-                )
-        return _Document(parsed, True, policies, worst, _failed(root))
-    if root.map.get("reports") is None:
-        raise ValueError(
-            "simulation document: expected a 'reports' list (one session) "
-            "or a 'sessions' list (a corpus), found neither"
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+    "list_type": "a list",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+}
+
+
+def _problem(error: ErrorDetails) -> str:
+    """What is wrong with the value, in the page's words."""
+    kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}, got {_kind(value)}"
+    if kind == "missing":
+        return "missing (a required key)"
+    if kind == "finite_number":
+        return f"expected a finite number, got {value}"
+    if kind == "too_short":
+        last = next((p for p in reversed(error["loc"]) if isinstance(p, str)), "item")
+        return f"expected at least one {last.removesuffix('s')}, got an empty list"
+    if kind == "extra_forbidden":
+        return "unknown key (not part of a version 1 document)"
+    if kind == "literal_error":
+        return f"expected {ctx.get('expected', 'another value')}, got {value!r}"
+    if kind == "greater_than_equal":
+        return f"expected at least {ctx.get('ge')}, got {value!r}"
+    message = str(error["msg"])
+    return message[:1].lower() + message[1:]
+
+
+def _validated(model: type[_D], doc: object, what: str) -> _D:
+    """``doc`` read as ``model``, or the :class:`DocumentError` of its first bad value."""
+    if not isinstance(doc, Mapping):
+        raise DocumentError("", f"expected an object, got {_kind(doc)}", what=what)
+    version = doc.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version != 1:
+        raise DocumentError(
+            "version", f"this page reads version 1 documents, got version {version}", what=what
         )
-    return _Document((_session(root),), False, None, None)
+    try:
+        return read_document(model, doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise DocumentError(_path(first["loc"]), _problem(first), what=what) from None
 
 
-def _failed(root: _Obj) -> tuple[tuple[str, str], ...]:
-    """``(session, error)`` of each session the document lists as failed."""
-    return tuple(
-        (f.text("session", "?"), f.text("error"))
-        for f in (_Obj(x, f"failed[{i}]") for i, x in enumerate(root.items("failed") or ()))
-    )
+def _in_order(doc: SessionDocument) -> SessionDocument:
+    """The document with each report's steps in request order, whatever order they arrive
+    in (or the lines would double back)."""
+    reports = [
+        r.model_copy(update={"steps": sorted(r.steps, key=lambda st: st.index)}) if r.steps else r
+        for r in doc.reports
+    ]
+    return doc.model_copy(update={"reports": reports})
 
 
-# Known keys first in reading order, any others sorted: two documents that list the same
-# facts in another order render the same line, so their pages diff cleanly.
-_CACHE_ORDER = ("kind", "max_breakpoints", "min_cacheable_tokens")
-_PRICE_ORDER = ("input", "output", "cache_write", "cache_write_1h", "cache_read")
-
-
-def _ordered(keys: Iterable[Any], known: Sequence[str]) -> list[str]:
-    names = {str(k) for k in keys}
-    return [k for k in known if k in names] + sorted(names.difference(known))
-
-
-def _session(obj: _Obj) -> _Session:
-    raw_reports = obj.items("reports")
-    if raw_reports is None:
-        raise ValueError(f"{obj.at('reports')}: missing (expected a list of reports)")
-    if not raw_reports:
-        raise ValueError(f"{obj.at('reports')}: expected at least one report, got an empty list")
-    reports = tuple(
-        _report(_Obj(r, f"{obj.at('reports')}[{i}]")) for i, r in enumerate(raw_reports)
-    )
-    cache: tuple[tuple[str, Any], ...] = ()
-    cache_obj = obj.child("cache")
-    if cache_obj is not None:
-        by_name = {str(k): v for k, v in cache_obj.map.items()}
-        cache = tuple((k, by_name[k]) for k in _ordered(by_name, _CACHE_ORDER))
-    prices: tuple[tuple[str, float | None], ...] | None = None
-    prices_obj = obj.child("prices")
-    if prices_obj is not None:
-        prices = tuple((k, prices_obj.number(k)) for k in _ordered(prices_obj.map, _PRICE_ORDER))
-    floor: _Floor | None = None
-    floor_obj = obj.child("floor")
-    if floor_obj is not None:
-        floor = _Floor(
-            cost=floor_obj.number("cost_usd"),
-            policy=floor_obj.opt_text("policy"),
-            input=floor_obj.integer("input"),
-            write=floor_obj.integer("cache_write"),
-            read=floor_obj.integer("cache_read"),
-            output=floor_obj.integer("output"),
+def _parse(
+    doc: SessionDocument | CorpusDocument | Mapping[str, Any],
+) -> tuple[list[SessionDocument], CorpusDocument | None]:
+    """The sessions to draw and, for a corpus, its document."""
+    if isinstance(doc, SessionDocument):
+        return [_in_order(doc)], None
+    if isinstance(doc, CorpusDocument):
+        corpus = doc
+    elif isinstance(doc, Mapping) and doc.get("sessions") is not None:
+        corpus = _validated(CorpusDocument, doc, "simulation document")
+    elif isinstance(doc, Mapping) and doc.get("reports") is None:
+        raise DocumentError(
+            "",
+            "expected a 'reports' list (one session) or a 'sessions' list (a corpus), "
+            "found neither",
         )
-    calibration: _Calibration | None = None
-    cal = obj.child("calibration")
-    if cal is not None:
-        calibration = _Calibration(
-            factor=cal.number("factor"),
-            offset=cal.number("offset"),
-            r2=cal.number("r2"),
-            steps=cal.opt_integer("steps"),
-            median_abs_error=cal.number("median_abs_error"),
-            declared=cal.opt_flag("declared"),
-            applied=cal.opt_flag("applied"),
-        )
-    notes = tuple(
-        _text_item(n, f"{obj.at('notes')}[{i}]") for i, n in enumerate(obj.items("notes") or ())
+    else:
+        return [_in_order(_validated(SessionDocument, doc, "simulation document"))], None
+    if not corpus.sessions:
+        raise DocumentError("sessions", "expected at least one session, got an empty list")
+    return [_in_order(s) for s in corpus.sessions], corpus
+
+
+def _steps(r: PolicyReport) -> list[SimulatedStep]:
+    return r.steps or []
+
+
+def _has_steps(r: PolicyReport) -> bool:
+    return bool(r.steps)
+
+
+def _has_prunes(r: PolicyReport) -> bool:
+    """Whether the steps say how many tool outputs were pruned (older simulators did not)."""
+    return any("prunes" in st.model_fields_set for st in _steps(r))
+
+
+def _counters(s: SessionDocument) -> list[str]:
+    return _unique(r.counter for r in s.reports if r.counter)
+
+
+def _calibrated(s: SessionDocument) -> bool:
+    """The counts shown are calibrated to the provider's, not the counter's own."""
+    return s.calibration is not None and s.calibration.applied
+
+
+def _counted(s: SessionDocument) -> str:
+    """What the token counts shown are, in words (HTML)."""
+    counters = ", ".join(f"<code>{_e(c)}</code>" for c in _counters(s)) or (
+        "the simulator's counter"
     )
-    return _Session(
-        session=obj.text("session", "session"),
-        messages=obj.opt_integer("session_messages"),
-        model=obj.text("model", reports[0].model),
-        cache=cache,
-        prices=prices,
-        floor=floor,
-        calibration=calibration,
-        reports=reports,
-        recorded=_recorded(obj.child("recorded")),
-        notes=notes,
-    )
-
-
-def _text_item(value: object, path: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{path}: expected a string, got {_kind(value)}")
-    return value
-
-
-def _recorded(obj: _Obj | None) -> _Recorded | None:
-    if obj is None:
-        return None
-    costs: list[float | None] = []
-    for i, v in enumerate(obj.items("request_costs_usd") or ()):
-        at = f"{obj.at('request_costs_usd')}[{i}]"
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
-            raise ValueError(f"{at}: expected a number, got {_kind(v)}")
-        if v is not None and not math.isfinite(v):
-            raise ValueError(f"{at}: expected a finite number, got {v}")
-        costs.append(None if v is None else float(v))
-    marks: list[int] = []
-    for i, v in enumerate(obj.items("compactions") or ()):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"{obj.at('compactions')}[{i}]: expected an integer, got {_kind(v)}")
-        marks.append(v)
-    return _Recorded(obj.number("cost_usd"), tuple(costs), tuple(sorted(set(marks))))
-
-
-def _report(obj: _Obj) -> _Report:
-    policy = obj.opt_text("policy")
-    if policy is None:
-        raise ValueError(f"{obj.at('policy')}: missing (expected the policy's name)")
-    raw_steps = obj.items("steps")
-    # In request order whatever order they arrive in, or the lines would double back.
-    steps = tuple(
-        sorted(
-            (
-                _step(_Obj(s, f"{obj.at('steps')}[{i}]"), i + 1)
-                for i, s in enumerate(raw_steps or ())
-            ),
-            key=lambda st: st.index,
-        )
-    )
-    requests = obj.integer("requests", len(steps))
-    requests_total = obj.integer("requests_total", requests)
-    error = obj.opt_text("error")
-    stopped = obj.opt_flag("stopped")
-    # Totals fall back to the steps' sums: a hand-trimmed document may carry only steps.
-    return _Report(
-        policy=policy,
-        model=obj.text("model"),
-        counter=obj.text("counter"),
-        requests=requests,
-        requests_total=requests_total,
-        # An older document without the flag: stopped is what the simulator derives it from.
-        stopped=(error is not None or requests < requests_total) if stopped is None else stopped,
-        compactions=obj.integer("compactions", sum(s.compactions for s in steps)),
-        overflows=obj.integer("provider_overflows", sum(s.overflows for s in steps)),
-        input=obj.integer("input", sum(s.input for s in steps)),
-        read=obj.integer("cache_read", sum(s.read for s in steps)),
-        write=obj.integer("cache_write", sum(s.write for s in steps)),
-        uncached=obj.integer("uncached", sum(s.uncached for s in steps)),
-        output=obj.integer("output", sum(s.output for s in steps)),
-        max_request=obj.integer("max_request", max((s.input for s in steps), default=0)),
-        window=obj.opt_integer("window"),
-        cost=obj.number("cost_usd"),
-        error=error,
-        compaction_limit=obj.opt_integer("compaction_limit"),
-        floor_ratio=obj.number("floor_ratio"),
-        steps=steps,
-        has_steps=raw_steps is not None and bool(steps),
-        has_prunes=any(isinstance(s, Mapping) and "prunes" in s for s in raw_steps or ()),
+    c = s.calibration
+    if c is None or not c.applied:
+        return counters
+    return (
+        f"{counters}, calibrated to the provider's count ({c.factor:g} × counted + "
+        f"{_num(c.offset)} hidden tokens)"
     )
 
 
-def _step(obj: _Obj, position: int) -> _Step:
-    if not obj.has("input"):
-        raise ValueError(f"{obj.at('input')}: missing (expected an integer)")
-    return _Step(
-        index=obj.integer("index", position),
-        input=obj.integer("input"),
-        read=obj.integer("cache_read"),
-        write=obj.integer("cache_write_5m") + obj.integer("cache_write_1h"),
-        uncached=obj.integer("uncached"),
-        output=obj.integer("output"),
-        compactions=obj.integer("compactions"),
-        prunes=obj.integer("prunes"),
-        overflows=obj.integer("provider_overflows"),
-        cost=obj.number("cost_usd"),
-        recorded=obj.opt_integer("recorded_input"),
-    )
-
-
-def _agg_policy(obj: _Obj) -> _AggPolicy:
-    return _AggPolicy(
-        policy=obj.text("policy", "?"),
-        sessions=obj.integer("sessions"),
-        stopped=obj.integer("stopped"),
-        cost=obj.number("cost_usd"),
-        compactions=obj.integer("compactions"),
-        overflows=obj.integer("provider_overflows"),
-        input=obj.integer("input"),
-        read=obj.integer("cache_read"),
-        write=obj.integer("cache_write"),
-        output=obj.integer("output"),
-        floor_cost=obj.number("floor_cost_usd"),
-        floor_ratio=obj.number("floor_ratio"),
-        p50=obj.number("cost_p50"),
-        p90=obj.number("cost_p90"),
-        pmax=obj.number("cost_max"),
-    )
-
-
-def _worst(obj: _Obj) -> _Worst:
-    return _Worst(
-        session=obj.text("session", "?"),
-        policy=obj.text("policy", "?"),
-        cost=obj.number("cost_usd"),
-        floor_ratio=obj.number("floor_ratio"),
-        compactions=obj.integer("compactions"),
-        stopped=bool(obj.opt_flag("stopped")),
-    )
+def _given(model: BaseModel) -> list[tuple[str, Any]]:
+    """The fields the document gave (in the model's order, which is the reading order), so
+    that an older document's page shows what it holds and no more."""
+    given = model.model_fields_set
+    return [(k, getattr(model, k)) for k in type(model).model_fields if k in given]
 
 
 # --- formatting ----------------------------------------------------------------------------
@@ -857,21 +581,21 @@ def _figure(
     )
 
 
-def _context_chart(s: _Session, sid: str) -> str:
+def _context_chart(s: SessionDocument, sid: str) -> str:
     chart_id = f"{sid}-context"
-    reports = [r for r in s.reports if r.has_steps]
+    reports = [r for r in s.reports if _has_steps(r)]
     recorded: dict[int, int] = {}
     for r in reports:
-        for st in r.steps:
-            if st.recorded is not None:
-                recorded.setdefault(st.index, st.recorded)
+        for st in _steps(r):
+            if st.recorded_input is not None:
+                recorded.setdefault(st.index, st.recorded_input)
     rec_points = sorted(recorded.items())
     last = max(
-        [r.requests_total for r in reports] + [st.index for r in reports for st in r.steps[-1:]]
+        [r.requests_total for r in reports] + [st.index for r in reports for st in _steps(r)[-1:]]
     )
-    first = min(st.index for r in reports for st in r.steps[:1])
+    first = min(st.index for r in reports for st in _steps(r)[:1])
     data_top = max(
-        [st.input for r in reports for st in r.steps]
+        [st.input for r in reports for st in _steps(r)]
         + [v for _, v in rec_points]
         + [r.compaction_limit or 0 for r in reports]
     )
@@ -896,7 +620,7 @@ def _context_chart(s: _Session, sid: str) -> str:
     )
     legend: list[str] = []
     for i, r in enumerate(s.reports):
-        if not r.has_steps:
+        if not _has_steps(r):
             continue
         color, dash = _style(i)
         legend.append(
@@ -919,7 +643,7 @@ def _context_chart(s: _Session, sid: str) -> str:
         legend.append(
             _legend_item(_swatch_line(_INK, None, 1.5), label, "reference", ' data-kind="window"')
         )
-    limits = [(i, r) for i, r in enumerate(s.reports) if r.has_steps and r.compaction_limit]
+    limits = [(i, r) for i, r in enumerate(s.reports) if _has_steps(r) and r.compaction_limit]
     for i, r in limits:
         color, _ = _style(i)
         y = plot.y(r.compaction_limit or 0)
@@ -957,7 +681,8 @@ def _context_chart(s: _Session, sid: str) -> str:
                 ' data-kind="recorded"',
             )
         )
-    agent = [k for k in (s.recorded.compactions if s.recorded else ()) if first <= k <= last]
+    recorded_marks = sorted(set(s.recorded.compactions)) if s.recorded else []
+    agent = [k for k in recorded_marks if first <= k <= last]
     if agent:
         for k in agent:
             x = plot.x(k)
@@ -981,13 +706,15 @@ def _context_chart(s: _Session, sid: str) -> str:
     marks: list[str] = []
     kinds_seen = {"compaction", "overflow"}
     for i, r in enumerate(s.reports):
-        if not r.has_steps:
+        if not _has_steps(r):
             continue
-        if r.has_prunes:
+        if _has_prunes(r):
             kinds_seen.add("prune")
         color, dash = _style(i)
-        steps = r.steps
-        marked = [k for k, st in enumerate(steps) if st.compactions or st.prunes or st.overflows]
+        steps = _steps(r)
+        marked = [
+            k for k, st in enumerate(steps) if st.compactions or st.prunes or st.provider_overflows
+        ]
         keep = _reduce([st.input for st in steps], marked)
         if len(keep) < len(steps):
             reduced.append((r.policy, len(steps), len(keep)))
@@ -1004,7 +731,7 @@ def _context_chart(s: _Session, sid: str) -> str:
             for kind, count in (
                 ("compaction", st.compactions),
                 ("prune", st.prunes),
-                ("overflow", st.overflows),
+                ("overflow", st.provider_overflows),
             ):
                 if not count:
                     continue
@@ -1038,7 +765,7 @@ def _context_chart(s: _Session, sid: str) -> str:
         "as too long — its input plus the output cap it asked for over the window (sent "
         "again after compacting)."
     )
-    if s.calibrated:
+    if _calibrated(s):
         caption += " The counts are calibrated to the provider's (see Calibration above)."
     if rec_points:
         caption += (
@@ -1054,22 +781,22 @@ def _context_chart(s: _Session, sid: str) -> str:
     return _figure("context", chart_id, caption, legend, svg)
 
 
-def _summary_costs(r: _Report) -> dict[int, float]:
+def _summary_costs(r: PolicyReport) -> dict[int, float]:
     """The cost of the summary calls (in the report's total, not in its steps), spread over
     the requests that followed a compaction in proportion to their compactions.
 
     The document has no cost per summary call, only their sum; spreading it puts each share
     where the calls happened, so the line climbs where compaction costs money and ends at
     the table's total."""
-    if r.cost is None:
+    if r.cost_usd is None:
         return {}
-    rest = r.cost - sum(st.cost or 0.0 for st in r.steps)
+    rest = r.cost_usd - sum(st.cost_usd or 0.0 for st in _steps(r))
     # Below a millionth of a cent the difference is float rounding, not a summary call.
     if rest <= 1e-8:
         return {}
-    weights = {k: st.compactions for k, st in enumerate(r.steps) if st.compactions > 0}
+    weights = {k: st.compactions for k, st in enumerate(_steps(r)) if st.compactions > 0}
     if not weights:
-        return {len(r.steps) - 1: rest}
+        return {len(_steps(r)) - 1: rest}
     whole = sum(weights.values())
     return {k: rest * w / whole for k, w in weights.items()}
 
@@ -1080,12 +807,12 @@ def _line_width(i: int) -> float:
     return max(1.6, 3.0 - 0.4 * i)
 
 
-def _cost_chart(s: _Session, sid: str) -> str:
+def _cost_chart(s: SessionDocument, sid: str) -> str:
     chart_id = f"{sid}-cost"
     reports = [
         (i, r)
         for i, r in enumerate(s.reports)
-        if r.has_steps and any(st.cost is not None for st in r.steps)
+        if _has_steps(r) and any(st.cost_usd is not None for st in _steps(r))
     ]
     if s.prices is None or not reports:
         model = f"the model {_e(s.model)}" if s.model else "the model"
@@ -1093,20 +820,20 @@ def _cost_chart(s: _Session, sid: str) -> str:
             f'<p class="note" data-skipped="cost" id="{chart_id}">No cost chart: {model} '
             "has no prices in the catalog.</p>"
         )
-    series: list[tuple[int, _Report, list[float]]] = []
+    series: list[tuple[int, PolicyReport, list[float]]] = []
     spread = False
     for i, r in reports:
         extra = _summary_costs(r)
         spread = spread or bool(extra)
         total = 0.0
         cumulative = []
-        for k, st in enumerate(r.steps):
-            total += (st.cost or 0.0) + extra.get(k, 0.0)
+        for k, st in enumerate(_steps(r)):
+            total += (st.cost_usd or 0.0) + extra.get(k, 0.0)
             cumulative.append(total)
         series.append((i, r, cumulative))
-    first = min(r.steps[0].index for _, r in reports)
-    last = max([r.requests_total for _, r in reports] + [r.steps[-1].index for _, r in reports])
-    floor_cost = s.floor.cost if s.floor is not None else None
+    first = min(_steps(r)[0].index for _, r in reports)
+    last = max([r.requests_total for _, r in reports] + [_steps(r)[-1].index for _, r in reports])
+    floor_cost = s.floor.cost_usd if s.floor is not None else None
     recorded = _recorded_cumulative(s, last)
     data_top = max(
         [c[-1] for _, _, c in series] + [floor_cost or 0.0] + [v for _, v in recorded[-1:]]
@@ -1147,15 +874,15 @@ def _cost_chart(s: _Session, sid: str) -> str:
         keep = _reduce(cumulative)
         if len(keep) < len(cumulative):
             reduced.append((r.policy, len(cumulative), len(keep)))
-        path = _polyline((plot.x(r.steps[k].index), plot.y(cumulative[k])) for k in keep)
+        path = _polyline((plot.x(_steps(r)[k].index), plot.y(cumulative[k])) for k in keep)
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        end_x, end_y = plot.x(r.steps[-1].index), plot.y(cumulative[-1])
+        end_x, end_y = plot.x(_steps(r)[-1].index), plot.y(cumulative[-1])
         lines.append(
             f'<path class="series" data-series="policy" data-policy="{_e(r.policy)}" d="{path}" '
             f'fill="none" stroke="{color}" stroke-width="{_line_width(i)}" '
             f'stroke-linejoin="round"{dash_attr}/>'
             f'<circle cx="{_c(end_x)}" cy="{_c(end_y)}" r="3" fill="{color}"><title>'
-            f"{_e(r.policy)}: {_usd(cumulative[-1])} over {_plural(len(r.steps), 'request')}"
+            f"{_e(r.policy)}: {_usd(cumulative[-1])} over {_plural(len(_steps(r)), 'request')}"
             "</title></circle>"
         )
     if floor_cost is not None:
@@ -1214,20 +941,20 @@ def _cost_chart(s: _Session, sid: str) -> str:
     return _figure("cost", chart_id, caption, legend, svg)
 
 
-def _recorded_cumulative(s: _Session, last: int) -> list[tuple[int, float]]:
+def _recorded_cumulative(s: SessionDocument, last: int) -> list[tuple[int, float]]:
     """``(request, dollars so far)`` of the session as recorded, up to request ``last``;
     empty when the document has no recorded costs."""
-    if s.recorded is None or not any(c is not None for c in s.recorded.costs):
+    if s.recorded is None or not any(c is not None for c in (s.recorded.request_costs_usd or [])):
         return []
     total = 0.0
     out = []
-    for i, c in enumerate(s.recorded.costs[:last], start=1):
+    for i, c in enumerate((s.recorded.request_costs_usd or [])[:last], start=1):
         total += c or 0.0
         out.append((i, total))
     return out
 
 
-def _slots(steps: Sequence[_Step]) -> list[tuple[int, int, int, int, int]]:
+def _slots(steps: Sequence[SimulatedStep]) -> list[tuple[int, int, int, int, int]]:
     """``(first index, last index, read, write, uncached)`` per column of a cache panel."""
     n = len(steps)
     count = min(n, _MAX_SLOTS)
@@ -1238,17 +965,17 @@ def _slots(steps: Sequence[_Step]) -> list[tuple[int, int, int, int, int]]:
             (
                 chunk[0].index,
                 chunk[-1].index,
-                sum(st.read for st in chunk),
-                sum(st.write for st in chunk),
+                sum(st.cache_read for st in chunk),
+                sum(st.cache_write for st in chunk),
                 sum(st.uncached for st in chunk),
             )
         )
     return out
 
 
-def _cache_chart(s: _Session, sid: str) -> str:
+def _cache_chart(s: SessionDocument, sid: str) -> str:
     chart_id = f"{sid}-cache"
-    reports = [(i, r) for i, r in enumerate(s.reports) if r.has_steps]
+    reports = [(i, r) for i, r in enumerate(s.reports) if _has_steps(r)]
     cols = 1 if len(reports) == 1 else 2
     left, right, gap_x = 64.0, 28.0, 52.0
     panel_w = (_WIDTH - left - right - gap_x * (cols - 1)) / cols
@@ -1256,8 +983,8 @@ def _cache_chart(s: _Session, sid: str) -> str:
     rows = math.ceil(len(reports) / cols)
     row_h = head + panel_h + foot
     height = 8 + rows * row_h + 30
-    first = min(r.steps[0].index for _, r in reports)
-    last = max(r.steps[-1].index for _, r in reports)
+    first = min(_steps(r)[0].index for _, r in reports)
+    last = max(_steps(r)[-1].index for _, r in reports)
     svg = _svg_open(
         chart_id,
         height,
@@ -1265,7 +992,8 @@ def _cache_chart(s: _Session, sid: str) -> str:
         "Share of each request's input read from the cache, written to it, or uncached; "
         "one panel per policy: "
         + "; ".join(
-            f"{r.policy} {_share(r.read, r.input)} read, {_share(r.write, r.input)} written, "
+            f"{r.policy} {_share(r.cache_read, r.input)} read, "
+            f"{_share(r.cache_write, r.input)} written, "
             f"{_share(r.uncached, r.input)} uncached"
             for _, r in reports
         )
@@ -1278,7 +1006,7 @@ def _cache_chart(s: _Session, sid: str) -> str:
         plot = _Plot(px, py, panel_w, panel_h, first - 0.5, last + 0.5, 0, 1)
         name = r.policy if len(r.policy) <= 48 else r.policy[:47] + "…"
         summary = (
-            f"{_share(r.read, r.input)} read · {_share(r.write, r.input)} written · "
+            f"{_share(r.cache_read, r.input)} read · {_share(r.cache_write, r.input)} written · "
             f"{_share(r.uncached, r.input)} uncached"
         )
         color, _ = _style(i)
@@ -1290,8 +1018,8 @@ def _cache_chart(s: _Session, sid: str) -> str:
             f'<text x="{_c(px + panel_w)}" y="{_c(py - 7)}" font-size="11" text-anchor="end" '
             f'fill="{_MUTED}">{_e(summary)}</text>'
         )
-        slots = _slots(r.steps)
-        summed = summed or len(slots) < len(r.steps)
+        slots = _slots(_steps(r))
+        summed = summed or len(slots) < len(_steps(r))
         # Cumulative areas drawn back to front (everything, then read+write, then read):
         # each is one path over the slots instead of three rectangles per request.
         fills = {k: c for k, _, c in _CACHE_KINDS}
@@ -1362,10 +1090,10 @@ def _head(columns: Sequence[tuple[str, bool]], escape: Callable[[str], str] = _e
     return f"<thead><tr>{ths}</tr></thead>"
 
 
-def _totals_table(s: _Session, sid: str) -> str:
-    floor_cost = s.floor.cost if s.floor is not None else None
-    base = s.reports[0].cost
-    costs = [r.cost for r in s.reports if r.cost is not None and not r.stopped]
+def _totals_table(s: SessionDocument, sid: str) -> str:
+    floor_cost = s.floor.cost_usd if s.floor is not None else None
+    base = s.reports[0].cost_usd
+    costs = [r.cost_usd for r in s.reports if r.cost_usd is not None and not r.stopped]
     cheapest = min(costs) if len(s.reports) > 1 and costs else None
     # Without a floor the column would be dashes only.
     show_floor = bool(floor_cost) or any(r.floor_ratio is not None for r in s.reports)
@@ -1378,10 +1106,10 @@ def _totals_table(s: _Session, sid: str) -> str:
         window = f"{r.max_request:,}"
         if r.window:
             window += f' <span class="unit">/ {r.window:,}</span>'
-        vs_first = r.cost / base if r.cost is not None and base else None
+        vs_first = r.cost_usd / base if r.cost_usd is not None and base else None
         vs_floor = r.floor_ratio
-        if vs_floor is None and r.cost is not None and floor_cost:
-            vs_floor = r.cost / floor_cost
+        if vs_floor is None and r.cost_usd is not None and floor_cost:
+            vs_floor = r.cost_usd / floor_cost
         policy = (
             f'<span class="dot" aria-hidden="true"><svg xmlns="{_SVG_NS}" viewBox="0 0 10 10">'
             f'<rect width="10" height="10" rx="2" fill="{color}"/></svg></span>{_e(r.policy)}'
@@ -1389,7 +1117,7 @@ def _totals_table(s: _Session, sid: str) -> str:
         cls = []
         if r.stopped:
             cls.append("stopped")
-        if cheapest is not None and r.cost == cheapest and not r.stopped:
+        if cheapest is not None and r.cost_usd == cheapest and not r.stopped:
             cls.append("best")
             policy += ' <span class="tag">cheapest</span>'
         attrs = f' data-policy="{_e(r.policy)}"' + (f' class="{" ".join(cls)}"' if cls else "")
@@ -1399,14 +1127,14 @@ def _totals_table(s: _Session, sid: str) -> str:
                     (policy, False),
                     (requests, True),
                     (_int(r.compactions), True),
-                    (_int(r.overflows), True),
+                    (_int(r.provider_overflows), True),
                     (_int(r.input), True),
-                    (_int(r.read), True),
-                    (_int(r.write), True),
+                    (_int(r.cache_read), True),
+                    (_int(r.cache_write), True),
                     (_int(r.uncached), True),
                     (_int(r.output), True),
                     (window, True),
-                    (_usd(r.cost), True),
+                    (_usd(r.cost_usd), True),
                     (_ratio(vs_first), True),
                     *([(_ratio(vs_floor), True)] if show_floor else []),
                 ],
@@ -1438,7 +1166,7 @@ def _totals_table(s: _Session, sid: str) -> str:
     parts = [
         '<div class="table-wrap">',
         f'<table class="totals" id="{sid}-totals">',
-        f"<caption>Totals per policy. Tokens as counted by {s.counted()}; costs in US "
+        f"<caption>Totals per policy. Tokens as counted by {_counted(s)}; costs in US "
         "dollars, summary calls included. “vs first” divides each cost by "
         f"{_e(s.reports[0].policy)}'s"
         + (", “vs floor” by the session's floor" if show_floor else "")
@@ -1453,18 +1181,20 @@ def _totals_table(s: _Session, sid: str) -> str:
     return "\n".join(parts)
 
 
-def _facts(s: _Session, *, with_session: bool) -> str:
+def _facts(s: SessionDocument, *, with_session: bool) -> str:
     items: list[tuple[str, str]] = []
     if with_session:
-        messages = f" ({_plural(s.messages, 'message')})" if s.messages is not None else ""
+        messages = (
+            f" ({_plural(s.session_messages, 'message')})" if s.session_messages is not None else ""
+        )
         items.append(("Session", f"<code>{_e(s.session)}</code>{messages}"))
     if s.model:
         items.append(("Model", f"<code>{_e(s.model)}</code>"))
-    if s.counters:
-        items.append(("Counter", s.counted()))
-    if s.cache:
+    if _counters(s):
+        items.append(("Counter", _counted(s)))
+    if _given(s.cache):
         cache = []
-        for key, value in s.cache:
+        for key, value in _given(s.cache):
             shown = _scalar(value)
             cache.append(shown if key == "kind" else f"{_e(key.replace('_', ' '))} {shown}")
         items.append(("Cache", " · ".join(cache)))
@@ -1472,7 +1202,7 @@ def _facts(s: _Session, *, with_session: bool) -> str:
         items.append(("Prices", "none in the catalog: no costs"))
     else:
         prices = " · ".join(
-            f"{_e(key.replace('_', ' '))} {_e(_usd2(value))}" for key, value in s.prices
+            f"{_e(key.replace('_', ' '))} {_e(_usd2(value))}" for key, value in _given(s.prices)
         )
         items.append(("Prices", f'{prices} <span class="unit">per million tokens</span>'))
     if s.calibration is not None:
@@ -1495,13 +1225,13 @@ def _facts(s: _Session, *, with_session: bool) -> str:
         items.append(("Calibration", " · ".join(bits) or "—"))
     for note in s.notes:
         items.append(("Note", _e(note)))
-    if s.recorded is not None and s.recorded.cost is not None:
-        agent = len(s.recorded.compactions)
+    if s.recorded is not None and s.recorded.cost_usd is not None:
+        agent = len(set(s.recorded.compactions))
         compacted = f"compacted {_plural(agent, 'time')}" if agent else "never compacted"
         items.append(
             (
                 "As recorded",
-                f"<strong>{_usd(s.recorded.cost)}</strong> at these prices, from the usage the "
+                f"<strong>{_usd(s.recorded.cost_usd)}</strong> at these prices, from the usage the "
                 f"log reports; the agent {compacted}",
             )
         )
@@ -1510,10 +1240,10 @@ def _facts(s: _Session, *, with_session: bool) -> str:
         items.append(
             (
                 "Floor",
-                f"<strong>{_usd(f.cost)}</strong>"
+                f"<strong>{_usd(f.cost_usd)}</strong>"
                 + (f" ({_e(f.policy)}'s requests under a perfect cache)" if f.policy else "")
                 + f" — {f.input:,} input tokens: "
-                f"{f.write:,} written to the cache, {f.read:,} read from it; "
+                f"{f.cache_write:,} written to the cache, {f.cache_read:,} read from it; "
                 f"{f.output:,} output",
             )
         )
@@ -1544,18 +1274,18 @@ def _scalar(value: Any) -> str:
     return f"<code>{_e(json.dumps(value, sort_keys=True, default=str))}</code>"
 
 
-def _lede(s: _Session) -> str:
+def _lede(s: SessionDocument) -> str:
     """One sentence with the answer most readers came for: which policy is cheapest, and
     by how much."""
-    priced = [r for r in s.reports if r.cost is not None and not r.stopped]
+    priced = [r for r in s.reports if r.cost_usd is not None and not r.stopped]
     if len(priced) < 2:
         return ""
-    dear = max(priced, key=lambda r: r.cost or 0.0)
-    low, high = min(r.cost or 0.0 for r in priced), dear.cost or 0.0
+    dear = max(priced, key=lambda r: r.cost_usd or 0.0)
+    low, high = min(r.cost_usd or 0.0 for r in priced), dear.cost_usd or 0.0
     if high == low:
         text = f"All {len(priced)} complete replays cost the same: {_usd(low)}."
     else:
-        tied = [f"<strong>{_e(r.policy)}</strong>" for r in priced if r.cost == low]
+        tied = [f"<strong>{_e(r.policy)}</strong>" for r in priced if r.cost_usd == low]
         who = (
             f"{tied[0]} is the cheapest complete replay"
             if len(tied) == 1
@@ -1564,7 +1294,7 @@ def _lede(s: _Session) -> str:
         text = f"{who} at {_usd(low)}; <strong>{_e(dear.policy)}</strong> costs {_usd(high)}" + (
             f" ({_ratio(high / low)} as much)." if low > 0 else "."
         )
-    floor = s.floor.cost if s.floor is not None else None
+    floor = s.floor.cost_usd if s.floor is not None else None
     if floor:
         text += f" The floor is {_usd(floor)}: the cheapest costs {_ratio(low / floor)} that."
     stopped = sum(r.stopped for r in s.reports)
@@ -1574,7 +1304,7 @@ def _lede(s: _Session) -> str:
     return f'<p class="lede">{text}</p>'
 
 
-def _session_section(s: _Session, sid: str, *, heading: str | None) -> str:
+def _session_section(s: SessionDocument, sid: str, *, heading: str | None) -> str:
     parts = [f'<section class="session" id="{sid}">']
     if heading is not None:
         parts.append(f'<h2 id="{sid}-h">{heading}</h2>')
@@ -1584,7 +1314,7 @@ def _session_section(s: _Session, sid: str, *, heading: str | None) -> str:
         parts.append(f'<h2 id="{sid}-h">Totals by policy</h2>')
     parts.append(_lede(s))
     parts.append(_totals_table(s, sid))
-    if any(r.has_steps for r in s.reports):
+    if any(_has_steps(r) for r in s.reports):
         parts.append(_context_chart(s, sid))
         parts.append(_cost_chart(s, sid))
         parts.append(_cache_chart(s, sid))
@@ -1597,7 +1327,7 @@ def _session_section(s: _Session, sid: str, *, heading: str | None) -> str:
     return "\n".join(parts)
 
 
-def _aggregate_table(policies: Sequence[_AggPolicy]) -> str:
+def _aggregate_table(policies: Sequence[PolicyAggregate]) -> str:
     columns = [
         ("Policy", False),
         ("Sessions", True),
@@ -1621,17 +1351,17 @@ def _aggregate_table(policies: Sequence[_AggPolicy]) -> str:
                 (_e(p.policy), False),
                 (_int(p.sessions), True),
                 (_int(p.stopped), True),
-                (_usd(p.cost), True),
-                (_usd(p.p50), True),
-                (_usd(p.p90), True),
-                (_usd(p.pmax), True),
+                (_usd(p.cost_usd), True),
+                (_usd(p.cost_p50), True),
+                (_usd(p.cost_p90), True),
+                (_usd(p.cost_max), True),
                 (_int(p.compactions), True),
-                (_int(p.overflows), True),
+                (_int(p.provider_overflows), True),
                 (_int(p.input), True),
-                (_int(p.read), True),
-                (_int(p.write), True),
+                (_int(p.cache_read), True),
+                (_int(p.cache_write), True),
                 (_int(p.output), True),
-                (_usd(p.floor_cost), True),
+                (_usd(p.floor_cost_usd), True),
                 (_ratio(p.floor_ratio), True),
             ],
             f' data-policy="{_e(p.policy)}"',
@@ -1654,7 +1384,7 @@ def _aggregate_table(policies: Sequence[_AggPolicy]) -> str:
     )
 
 
-def _worst_table(worst: Sequence[_Worst], anchors: Mapping[str, str]) -> str:
+def _worst_table(worst: Sequence[WorstSession], anchors: Mapping[str, str]) -> str:
     columns = [
         ("#", True),
         ("Session", False),
@@ -1675,7 +1405,7 @@ def _worst_table(worst: Sequence[_Worst], anchors: Mapping[str, str]) -> str:
                     (str(n), True),
                     (session, False),
                     (_e(w.policy), False),
-                    (_usd(w.cost), True),
+                    (_usd(w.cost_usd), True),
                     (_ratio(w.floor_ratio), True),
                     (_int(w.compactions), True),
                     ("stopped" if w.stopped else "", False),
@@ -1709,7 +1439,7 @@ def _failed_list(failed: Sequence[tuple[str, str]]) -> str:
     )
 
 
-def _rest_table(rest: Sequence[tuple[int, _Session]]) -> str:
+def _rest_table(rest: Sequence[tuple[int, SessionDocument]]) -> str:
     policies = _unique(r.policy for _, s in rest for r in s.reports)
     columns = [("#", True), ("Session", False), ("Model", False), ("Requests", True)]
     columns += [(p, True) for p in policies]
@@ -1727,7 +1457,7 @@ def _rest_table(rest: Sequence[tuple[int, _Session]]) -> str:
             if r is None:
                 cells.append(("", True))
             else:
-                cells.append((_usd(r.cost) + (" (stopped)" if r.stopped else ""), True))
+                cells.append((_usd(r.cost_usd) + (" (stopped)" if r.stopped else ""), True))
         rows.append(_row(cells))
     return "\n".join(
         [
@@ -1857,11 +1587,16 @@ def _page(
     )
 
 
-def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
+def render_html(
+    doc: SessionDocument | CorpusDocument | Mapping[str, Any], *, title: str | None = None
+) -> str:
     """The simulation document ``doc`` as one self-contained HTML page.
 
-    ``doc`` is what ``kilo-rules simulate --format json`` prints: a single session
-    (``reports``) or a corpus (``sessions`` and an optional ``aggregate``). The page shows
+    ``doc`` is what ``kilo-rules simulate --format json`` prints, as its model or as JSON
+    data: a single session (:class:`~kilo_rules.tools.simulation.documents.SessionDocument`,
+    ``schemas/simulate.v1.json``) or a corpus
+    (:class:`~kilo_rules.tools.simulation.documents.CorpusDocument`,
+    ``schemas/corpus.v1.json``). The page shows
     the session's facts (model, cache, prices, calibration, floor), a totals table per
     session and three inline-SVG charts per session: context size per request, cumulative
     cost and the cache split. A corpus leads with the aggregate and the worst sessions and
@@ -1870,13 +1605,13 @@ def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
     ``title`` replaces the default heading. The page has no script and loads nothing;
     every string from ``doc`` is escaped. The same document always gives the same text.
 
-    Raises :class:`ValueError` naming the path of the first invalid value (for example
+    JSON data is validated against the model, strictly; raises :class:`DocumentError` (a
+    :class:`ValueError`) naming the path of the first invalid value (for example
     ``sessions[2].reports[0].steps[5].input: expected an integer, got a string``).
     """
-    parsed = _parse(doc)
-    sessions = parsed.sessions
+    sessions, corpus = _parse(doc)
     if title is None:
-        if parsed.corpus:
+        if corpus is not None:
             title = f"kilo-rules simulate: {_plural(len(sessions), 'session')}"
         else:
             one = sessions[0]
@@ -1884,9 +1619,9 @@ def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
                 f" on {one.model}" if one.model else ""
             )
     header: list[str] = []
-    if parsed.corpus:
+    if corpus is not None:
         models = _unique(s.model for s in sessions)
-        counters = _unique(c for s in sessions for c in s.counters)
+        counters = _unique(c for s in sessions for c in _counters(s))
         facts = [
             ("Sessions", f"{len(sessions):,}"),
             ("Models", ", ".join(f"<code>{_e(m)}</code>" for m in models)),
@@ -1903,17 +1638,17 @@ def render_html(doc: Mapping[str, Any], *, title: str | None = None) -> str:
     else:
         header.append(_facts(sessions[0], with_session=True))
     body: list[str] = []
-    if parsed.corpus:
+    if corpus is not None:
         charted = list(enumerate(sessions[:MAX_CHARTED_SESSIONS], 1))
         anchors: dict[str, str] = {}
         for n, s in charted:
             anchors.setdefault(s.session, f"s{n}")
-        if parsed.policies:
-            body.append(_aggregate_table(parsed.policies))
-        if parsed.worst:
-            body.append(_worst_table(parsed.worst, anchors))
-        if parsed.failed:
-            body.append(_failed_list(parsed.failed))
+        if corpus.aggregate.policies:
+            body.append(_aggregate_table(corpus.aggregate.policies))
+        if corpus.aggregate.worst:
+            body.append(_worst_table(corpus.aggregate.worst, anchors))
+        if corpus.failed:
+            body.append(_failed_list([(f.session, f.error) for f in corpus.failed]))
         for n, s in charted:
             heading = f"{n}. <code>{_e(s.session)}</code>"
             body.append(_session_section(s, f"s{n}", heading=heading))
@@ -1954,166 +1689,46 @@ tr.infeasible td, tr.skipped td { color: #59636E; }
 """
 
 
-@dataclass(frozen=True, slots=True)
-class _Knob:
-    path: str
-    values: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    index: int
-    name: str
-    baseline: bool
-    values: Mapping[str, Any]
-    measured: bool
-    feasible: bool
-    reasons: tuple[str, ...]
-    cost: float | None
-    vs_baseline: float | None
-    floor_ratio: float | None
-    compactions: int | None
-    max_compactions: int | None
-    overflows: int | None
-    stopped: int | None
-    errors: tuple[str, ...]
-    diagnostics: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Tune:
-    tune_file: str
-    base: str
-    base_name: str
-    model: str
-    calibrate: bool
-    max_overflows: int | None
-    max_compactions: int | None
-    allow_stopped: bool | None
-    method: str | None
-    knobs: tuple[_Knob, ...]
-    sessions: tuple[str, ...]
-    failed: tuple[tuple[str, str], ...]
-    floor_cost: float | None
-    candidates: tuple[_Candidate, ...]
-    winner: _Candidate | None
-
-    @property
-    def baseline(self) -> _Candidate | None:
-        return next((c for c in self.candidates if c.baseline), None)
-
-
-def _texts(obj: _Obj, key: str) -> tuple[str, ...]:
-    out = []
-    for i, value in enumerate(obj.items(key) or ()):
-        if not isinstance(value, str):
-            raise ValueError(f"{obj.at(key)}[{i}]: expected a string, got {_kind(value)}")
-        out.append(value)
-    return tuple(out)
-
-
-def _diagnostic(obj: _Obj) -> str:
+def _diagnostic(d: DiagnosticDocument) -> str:
     """A diagnostic of the report as the command line prints it."""
-    text = f"{obj.text('severity', 'error')}[{obj.text('code', '?')}]: {obj.text('message')}"
-    where = obj.child("location")
-    if where is None:
-        return text
-    return f"{where.text('file', '?')}:{where.integer('line', 1)}:{where.integer('col', 1)}: {text}"
+    where = d.location
+    return f"{where.file}:{where.line}:{where.col}: {d.severity}[{d.code}]: {d.message}"
 
 
-def _candidate(obj: _Obj) -> _Candidate:
-    index = obj.opt_integer("index")
-    if index is None:
-        raise ValueError(f"{obj.at('index')}: missing (expected the candidate's number)")
-    cost = obj.number("cost_usd")
-    status = obj.text("status", "skipped" if cost is None else "measured")
-    if status not in ("measured", "skipped"):
-        raise ValueError(f"{obj.at('status')}: expected measured or skipped, got {status!r}")
-    measured = status == "measured"
-    if measured and cost is None:
-        raise ValueError(f"{obj.at('cost_usd')}: missing (a measured candidate has a cost)")
-    reasons = _texts(obj, "reasons")
-    feasible = obj.opt_flag("feasible")
-    baseline = obj.opt_flag("baseline")
-    values = obj.child("values")
-    return _Candidate(
-        index=index,
-        name=obj.text("name", f"candidate {index}"),
-        baseline=index == 0 if baseline is None else baseline,
-        values={str(k): v for k, v in values.map.items()} if values is not None else {},
-        measured=measured,
-        feasible=(measured and not reasons) if feasible is None else feasible,
-        reasons=reasons,
-        cost=cost,
-        vs_baseline=obj.number("vs_baseline"),
-        floor_ratio=obj.number("floor_ratio"),
-        compactions=obj.opt_integer("compactions"),
-        max_compactions=obj.opt_integer("max_compactions"),
-        overflows=obj.opt_integer("provider_overflows"),
-        stopped=obj.opt_integer("stopped"),
-        errors=_texts(obj, "errors"),
-        diagnostics=tuple(
-            _diagnostic(_Obj(d, f"{obj.at('diagnostics')}[{i}]"))
-            for i, d in enumerate(obj.items("diagnostics") or ())
-        ),
-    )
+def _tune_winner(t: TuneReport) -> TuneCandidate | None:
+    if t.winner is None:
+        return None
+    return next(c for c in t.candidates if c.index == t.winner.index)
 
 
-def _knob(obj: _Obj) -> _Knob:
-    path = obj.opt_text("path")
-    if path is None:
-        raise ValueError(f"{obj.at('path')}: missing (expected the knob's dotted path)")
-    values = obj.items("values")
-    if values is None:
-        raise ValueError(f"{obj.at('values')}: missing (expected the values tried)")
-    return _Knob(path, tuple(values))
+def _tune_baseline(t: TuneReport) -> TuneCandidate | None:
+    return next((c for c in t.candidates if c.baseline), None)
 
 
-def _parse_tune(doc: object) -> _Tune:
-    root = _Obj(doc, "", what="tune report")
-    version = root.opt_integer("version")
-    if version is not None and version != 1:
-        raise ValueError(f"version: this page reads version 1 documents, got version {version}")
-    raw = root.items("candidates")
-    if raw is None:
-        raise ValueError("candidates: missing (expected the list of candidates)")
-    if not raw:
-        raise ValueError("candidates: expected at least one candidate, got an empty list")
-    candidates = tuple(_candidate(_Obj(c, f"candidates[{i}]")) for i, c in enumerate(raw))
-    by_index: dict[int, _Candidate] = {}
-    for i, c in enumerate(candidates):
-        if c.index in by_index:
-            raise ValueError(f"candidates[{i}].index: candidate {c.index} is listed twice")
-        by_index[c.index] = c
-    winner: _Candidate | None = None
-    won = root.child("winner")
-    if won is not None:
-        index = won.opt_integer("index")
-        if index is None:
-            raise ValueError(f"{won.at('index')}: missing (expected the winner's number)")
-        if index not in by_index:
-            raise ValueError(f"{won.at('index')}: no candidate {index} in candidates")
-        winner = by_index[index]
-    constraints = root.child("constraints") or _Obj({}, "constraints")
-    search = root.child("search") or _Obj({}, "search")
-    base = root.text("base")
-    return _Tune(
-        tune_file=root.text("tune_file"),
-        base=base,
-        base_name=root.text("base_name", base),
-        model=root.text("model"),
-        calibrate=bool(root.opt_flag("calibrate")),
-        max_overflows=constraints.opt_integer("max_overflows"),
-        max_compactions=constraints.opt_integer("max_compactions"),
-        allow_stopped=constraints.opt_flag("allow_stopped"),
-        method=search.opt_text("method"),
-        knobs=tuple(_knob(_Obj(k, f"knobs[{i}]")) for i, k in enumerate(root.items("knobs") or ())),
-        sessions=_texts(root, "sessions"),
-        failed=_failed(root),
-        floor_cost=root.number("floor_cost_usd"),
-        candidates=candidates,
-        winner=winner,
-    )
+def _measured(c: TuneCandidate) -> bool:
+    return c.status == "measured"
+
+
+def _parse_tune(doc: TuneReport | Mapping[str, Any]) -> TuneReport:
+    t = doc if isinstance(doc, TuneReport) else _validated(TuneReport, doc, "tune report")
+    seen: set[int] = set()
+    for i, c in enumerate(t.candidates):
+        if c.index in seen:
+            raise DocumentError(
+                f"candidates[{i}].index", f"candidate {c.index} is listed twice", what="tune report"
+            )
+        seen.add(c.index)
+        if _measured(c) and c.cost_usd is None:
+            raise DocumentError(
+                f"candidates[{i}].cost_usd",
+                "missing (a measured candidate has a cost)",
+                what="tune report",
+            )
+    if t.winner is not None and t.winner.index not in seen:
+        raise DocumentError(
+            "winner.index", f"no candidate {t.winner.index} in candidates", what="tune report"
+        )
+    return t
 
 
 def _usd4(x: float | None) -> str:
@@ -2136,13 +1751,13 @@ def _path_breaks(path: str) -> str:
     return _e(path).replace(".", ".<wbr/>")
 
 
-def _tune_order(c: _Candidate) -> tuple[int, int, int, int]:
+def _tune_order(c: TuneCandidate) -> tuple[int, int, int, int]:
     """The tune's ranking: feasible candidates by cost, then infeasible ones by cost, then
     the skipped; equal costs go to fewer compactions, then to the earlier candidate."""
-    group = 0 if c.feasible else (1 if c.measured else 2)
-    if c.cost is None:
+    group = 0 if c.feasible else (1 if _measured(c) else 2)
+    if c.cost_usd is None:
         return (group, 0, 0, c.index)
-    return (group, round(c.cost / _COST_EPSILON), c.compactions or 0, c.index)
+    return (group, round(c.cost_usd / _COST_EPSILON), c.compactions or 0, c.index)
 
 
 def _tune_mark(
@@ -2185,11 +1800,11 @@ _TUNE_LEGEND = {
 
 
 def _tune_chart(
-    t: _Tune,
+    t: TuneReport,
     chart: str,
     caption: str,
     xlabel: str,
-    points: Sequence[tuple[float, _Candidate]],
+    points: Sequence[tuple[float, TuneCandidate]],
     categories: Sequence[str] | None,
 ) -> str:
     """Cost against ``x`` for each ``(x, candidate)`` of ``points``: feasible candidates
@@ -2197,7 +1812,7 @@ def _tune_chart(
     ``categories`` names the x positions 0, 1, ... (a knob's values); without them x is a
     count (compactions)."""
     chart_id = f"tune-{chart}"
-    costs = [c.cost or 0.0 for _, c in points]
+    costs = [c.cost_usd or 0.0 for _, c in points]
     y0, y1, yticks = _span_ticks(min(costs), max(costs))
     step = yticks[1] - yticks[0] if len(yticks) > 1 else 1.0
     xfmt: Callable[[float], str] | None = None
@@ -2226,7 +1841,7 @@ def _tune_chart(
     )
     drawn = {c.index for _, c in points}
     if t.winner is not None and t.winner.index in drawn:
-        desc += f" The winner, candidate {t.winner.index}, costs {_usd4(t.winner.cost)}."
+        desc += f" The winner, candidate {t.winner.index}, costs {_usd4(t.winner.cost_usd)}."
     svg = _svg_open(chart_id, height, f"Cost against {xlabel}", desc)
     svg += _axes(
         plot,
@@ -2241,10 +1856,10 @@ def _tune_chart(
     labels: list[str] = []
     kinds: set[str] = set()
     for xv, c in points:
-        x, y = plot.x(xv), plot.y(c.cost or 0.0)
+        x, y = plot.x(xv), plot.y(c.cost_usd or 0.0)
         kind = "feasible" if c.feasible else "infeasible"
         kinds.add(kind)
-        tip = f"#{c.index} {c.name}: {_usd4(c.cost)}" + (
+        tip = f"#{c.index} {c.name}: {_usd4(c.cost_usd)}" + (
             "" if c.feasible else " — infeasible: " + "; ".join(c.reasons)
         )
         svg.append(
@@ -2283,8 +1898,8 @@ def _tune_chart(
     return _figure(chart, chart_id, caption, legend, svg)
 
 
-def _tune_charts(t: _Tune) -> list[str]:
-    measured = [c for c in t.candidates if c.measured]
+def _tune_charts(t: TuneReport) -> list[str]:
+    measured = [c for c in t.candidates if _measured(c)]
     if not measured:
         return []
     figures = [
@@ -2329,7 +1944,7 @@ def _tune_charts(t: _Tune) -> list[str]:
     return figures
 
 
-def _tune_table(t: _Tune) -> str:
+def _tune_table(t: TuneReport) -> str:
     columns = [
         ("#", False),
         *((k.path, False) for k in t.knobs),
@@ -2352,9 +1967,13 @@ def _tune_table(t: _Tune) -> str:
         if c.baseline:
             classes.append("baseline")
             tags += ' <span class="tag baseline">baseline</span>'
-        if not c.measured:
+        if not _measured(c):
             classes.append("skipped")
-            verdict = "skipped: " + "; ".join(c.diagnostics) if c.diagnostics else "skipped"
+            verdict = (
+                "skipped: " + "; ".join([_diagnostic(d) for d in c.diagnostics])
+                if [_diagnostic(d) for d in c.diagnostics]
+                else "skipped"
+            )
         elif not c.feasible:
             classes.append("infeasible")
             verdict = "no: " + "; ".join(c.reasons) if c.reasons else "no"
@@ -2373,12 +1992,12 @@ def _tune_table(t: _Tune) -> str:
                 )
                 for k in t.knobs
             ),
-            (_usd4(c.cost), True),
+            (_usd4(c.cost_usd), True),
             (_change(c.vs_baseline), True),
             (_ratio(c.floor_ratio), True),
             (_int(c.compactions), True),
             (_int(c.max_compactions), True),
-            (_int(c.overflows), True),
+            (_int(c.provider_overflows), True),
             (_int(c.stopped), True),
             (f"<span{why}>{_e(verdict)}</span>", False),
         ]
@@ -2402,17 +2021,19 @@ def _tune_table(t: _Tune) -> str:
     )
 
 
-def _tune_facts(t: _Tune) -> str:
+def _tune_facts(t: TuneReport) -> str:
     constraints = []
-    if t.max_overflows is not None:
-        constraints.append(f"provider overflows ≤ {t.max_overflows:,}")
-    if t.max_compactions is not None:
-        constraints.append(f"compactions per session ≤ {t.max_compactions:,}")
-    if t.allow_stopped is not None:
-        constraints.append("stopped replays allowed" if t.allow_stopped else "no stopped replay")
-    skipped = sum(1 for c in t.candidates if not c.measured)
-    tried = len(t.candidates) - (1 if t.baseline is not None else 0)
-    method = f" ({t.method})" if t.method else ""
+    if t.constraints.max_overflows is not None:
+        constraints.append(f"provider overflows ≤ {t.constraints.max_overflows:,}")
+    if t.constraints.max_compactions is not None:
+        constraints.append(f"compactions per session ≤ {t.constraints.max_compactions:,}")
+    if t.constraints.allow_stopped is not None:
+        constraints.append(
+            "stopped replays allowed" if t.constraints.allow_stopped else "no stopped replay"
+        )
+    skipped = sum(1 for c in t.candidates if not _measured(c))
+    tried = len(t.candidates) - (1 if _tune_baseline(t) is not None else 0)
+    method = f" ({t.search.method})" if t.search.method else ""
     return _facts_list(
         [
             ("Tune file", f"<code>{_e(t.tune_file)}</code>"),
@@ -2424,33 +2045,36 @@ def _tune_facts(t: _Tune) -> str:
                 "Candidates",
                 _e(
                     f"{tried:,}{method}"
-                    + (" and the baseline" if t.baseline is not None else "")
+                    + (" and the baseline" if _tune_baseline(t) is not None else "")
                     + (f"; {skipped:,} skipped" if skipped else "")
                 ),
             ),
-            ("Floor", _e(_usd4(t.floor_cost))),
+            ("Floor", _e(_usd4(t.floor_cost_usd))),
         ]
     )
 
 
-def _verdict(t: _Tune) -> str:
-    w = t.winner
+def _verdict(t: TuneReport) -> str:
+    w = _tune_winner(t)
     if w is None:
         return '<p class="lede">No candidate meets the constraints.</p>'
-    base = t.baseline
-    text = f"Winner: candidate {w.index} <code>{_e(w.name)}</code>, {_e(_usd4(w.cost))}"
+    base = _tune_baseline(t)
+    text = f"Winner: candidate {w.index} <code>{_e(w.name)}</code>, {_e(_usd4(w.cost_usd))}"
     if base is not None and base is not w:
-        text += f" against {_e(_usd4(base.cost))} for the baseline ({_e(_change(w.vs_baseline))})"
+        text += (
+            f" against {_e(_usd4(base.cost_usd))} for the baseline ({_e(_change(w.vs_baseline))})"
+        )
     elif base is w:
         text += ": the baseline itself, nothing cheaper meets the constraints"
     return f'<p class="lede">{text}.</p>'
 
 
-def render_tune_html(doc: Mapping[str, Any]) -> str:
+def render_tune_html(doc: TuneReport | Mapping[str, Any]) -> str:
     """The ``kilo-rules tune`` report ``doc`` as one self-contained HTML page.
 
     ``doc`` is the tune's ``report.json``
-    (:meth:`kilo_rules.tools.simulation.tune.TuneResult.to_json`): the tune file's facts, the knobs
+    (:meth:`kilo_rules.tools.simulation.tune.TuneResult.document`, or its JSON;
+    ``schemas/tune-report.v1.json``): the tune file's facts, the knobs
     and their values, and every candidate with its measures. The page shows the facts and the
     verdict, the table of candidates (those that meet the constraints first, by cost; the winner and
     the baseline marked) and inline-SVG scatter charts of cost against compactions and against each
@@ -2460,14 +2084,15 @@ def render_tune_html(doc: Mapping[str, Any]) -> str:
     Like :func:`render_html`'s page it has no script and loads nothing, every string from
     ``doc`` is escaped, and the same document always gives the same text.
 
-    Raises :class:`ValueError` naming the path of the first invalid value (for example
+    JSON data is validated against the model, strictly; raises :class:`DocumentError` (a
+    :class:`ValueError`) naming the path of the first invalid value (for example
     ``candidates[3].cost_usd: expected a number, got a string``).
     """
     t = _parse_tune(doc)
     title = f"kilo-rules tune: {t.base_name}" + (f" on {t.model}" if t.model else "")
     main = [_tune_table(t)]
     if t.failed:
-        main.append(_failed_list(t.failed))
+        main.append(_failed_list([(f.session, f.error) for f in t.failed]))
     charts = _tune_charts(t)
     main.append('<section class="charts" id="charts">')
     main.append("<h2>Charts</h2>")

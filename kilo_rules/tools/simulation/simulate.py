@@ -45,6 +45,14 @@ from kilo_rules.engine.runtime.history import compaction_part, completed_compact
 from kilo_rules.engine.runtime.measure import messages_json
 from kilo_rules.engine.summarizers.protocol import Summarizer, SummaryRequest
 from kilo_rules.engine.text.tokens import CountCache, TokenCounter, counter_for
+from kilo_rules.tools.simulation.documents import (
+    CalibrationFit,
+    CostFloor,
+    PolicyReport,
+    RecordedUsage,
+    SessionDocument,
+    SimulatedStep,
+)
 
 __all__ = [
     "REFERENCE_POLICY",
@@ -53,10 +61,12 @@ __all__ = [
     "SessionJob",
     "SimulationReport",
     "SimulationStep",
+    "build_session_document",
     "default_counter",
     "fit_calibration",
     "recorded_input",
     "recorded_summary",
+    "recorded_usage",
     "reference_plan",
     "replay",
     "session_document",
@@ -105,28 +115,32 @@ class SimulationStep:
     server_compacted: bool = False  # the provider compacted the context at this request
     max_tokens: int | None = None  # the output cap the request asked for (None: none sent)
 
-    def to_json(self) -> dict[str, Any]:
-        """Stable JSON shape of the step."""
+    def document(self) -> SimulatedStep:
+        """The step as the simulation document holds it."""
         c = self.cache
-        return {
-            "index": self.index,
-            "message_id": self.message_id,
-            "input": c.input,
-            "cache_read": c.read,
-            "cache_write_5m": c.write_5m,
-            "cache_write_1h": c.write_1h,
-            "uncached": c.uncached,
-            "output": self.output,
-            "compactions": self.compactions,
-            "provider_overflows": self.provider_overflows,
-            "markers": self.markers,
-            "cost_usd": self.cost,
-            "prunes": self.prunes,
-            "recorded_input": self.recorded_input,
-            "server_cleared": self.server_cleared,
-            "server_compacted": self.server_compacted,
-            "max_tokens": self.max_tokens,
-        }
+        return SimulatedStep(
+            index=self.index,
+            message_id=self.message_id,
+            input=c.input,
+            cache_read=c.read,
+            cache_write_5m=c.write_5m,
+            cache_write_1h=c.write_1h,
+            uncached=c.uncached,
+            output=self.output,
+            compactions=self.compactions,
+            provider_overflows=self.provider_overflows,
+            markers=self.markers,
+            cost_usd=self.cost,
+            prunes=self.prunes,
+            recorded_input=self.recorded_input,
+            server_cleared=self.server_cleared,
+            server_compacted=self.server_compacted,
+            max_tokens=self.max_tokens,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable JSON shape of the step (:meth:`document` as JSON)."""
+        return self.document().to_json()
 
 
 @dataclass
@@ -217,39 +231,44 @@ class SimulationReport:
         usd = self.perfect_write * write + self.perfect_read * read + self.output * p_out
         return (usd + self.summary_input * p_in + self.summary_output * p_out) / 1e6
 
+    def document(self, *, steps: bool = True, floor_ratio: float | None = None) -> PolicyReport:
+        """The report as the simulation document holds it; ``steps=False`` leaves out
+        per-step detail, ``floor_ratio`` is its cost against the session's floor."""
+        return PolicyReport(
+            policy=self.policy,
+            model=self.model,
+            counter=self.counter,
+            requests=len(self.steps),
+            requests_total=self.requests_total,
+            stopped=self.stopped,
+            compactions=self.compactions,
+            provider_overflows=self.provider_overflows,
+            input=self.input,
+            cache_read=self.cache_read,
+            cache_write=self.cache_write,
+            cache_write_5m=self._sum("write_5m"),
+            cache_write_1h=self._sum("write_1h"),
+            uncached=self.uncached,
+            output=self.output,
+            summary_input=self.summary_input,
+            summary_output=self.summary_output,
+            max_request=self.max_request,
+            window=self.window,
+            cost_usd=self.cost,
+            error=self.error,
+            compaction_limit=self.compaction_limit,
+            server_compactions=self.server_compactions,
+            floor_cost_usd=self.floor_cost,
+            floor_cache_read=self.perfect_read,
+            floor_cache_write=self.perfect_write,
+            steps=[s.document() for s in self.steps] if steps else None,
+            floor_ratio=floor_ratio,
+        )
+
     def to_json(self, *, steps: bool = True) -> dict[str, Any]:
-        """Stable JSON shape of the report; ``steps=False`` leaves out per-step detail."""
-        out: dict[str, Any] = {
-            "policy": self.policy,
-            "model": self.model,
-            "counter": self.counter,
-            "requests": len(self.steps),
-            "requests_total": self.requests_total,
-            "stopped": self.stopped,
-            "compactions": self.compactions,
-            "provider_overflows": self.provider_overflows,
-            "input": self.input,
-            "cache_read": self.cache_read,
-            "cache_write": self.cache_write,
-            "cache_write_5m": self._sum("write_5m"),
-            "cache_write_1h": self._sum("write_1h"),
-            "uncached": self.uncached,
-            "output": self.output,
-            "summary_input": self.summary_input,
-            "summary_output": self.summary_output,
-            "max_request": self.max_request,
-            "window": self.window,
-            "cost_usd": self.cost,
-            "error": self.error,
-            "compaction_limit": self.compaction_limit,
-            "server_compactions": self.server_compactions,
-            "floor_cost_usd": self.floor_cost,
-            "floor_cache_read": self.perfect_read,
-            "floor_cache_write": self.perfect_write,
-        }
-        if steps:
-            out["steps"] = [s.to_json() for s in self.steps]
-        return out
+        """Stable JSON shape of the report; ``steps=False`` leaves out per-step detail.
+        Without a session there is no floor to compare with: no ``floor_ratio``."""
+        return self.document(steps=steps).model_dump(mode="json", exclude={"floor_ratio"})
 
 
 def step_cost(prices: Prices | None, cache: CacheStep, output: int) -> float | None:
@@ -310,17 +329,21 @@ class Calibration:
         scaled = [Block(b.key, round(b.tokens * self.factor), b.mark) for b in seq]
         return [Block("hidden-prefix", self.offset), *scaled] if self.offset else scaled
 
+    def document(self, *, applied: bool) -> CalibrationFit:
+        """The calibration as the simulation document holds it."""
+        return CalibrationFit(
+            factor=self.factor,
+            offset=self.offset,
+            r2=self.r2,
+            steps=self.steps,
+            median_abs_error=self.median_abs_error,
+            declared=self.steps == 0,
+            applied=applied,
+        )
+
     def to_json(self, *, applied: bool) -> dict[str, Any]:
-        """Stable JSON shape."""
-        return {
-            "factor": self.factor,
-            "offset": self.offset,
-            "r2": self.r2,
-            "steps": self.steps,
-            "median_abs_error": self.median_abs_error,
-            "declared": self.steps == 0,
-            "applied": applied,
-        }
+        """Stable JSON shape (:meth:`document` as JSON)."""
+        return self.document(applied=applied).to_json()
 
 
 def recorded_input(msg: Message) -> int | None:
@@ -754,6 +777,30 @@ def session_document(
     seconds_per_step: float | None = None,
     steps: bool = True,
 ) -> dict[str, Any]:
+    """:func:`build_session_document` as JSON data (``schemas/simulate.v1.json``)."""
+    return build_session_document(
+        session,
+        plans,
+        name=name,
+        calibrate=calibrate,
+        declared=declared,
+        lookback=lookback,
+        seconds_per_step=seconds_per_step,
+        steps=steps,
+    ).to_json()
+
+
+def build_session_document(
+    session: Session,
+    plans: Sequence[Plan],
+    *,
+    name: str,
+    calibrate: bool = False,
+    declared: Calibration | None = None,
+    lookback: int | None = 20,
+    seconds_per_step: float | None = None,
+    steps: bool = True,
+) -> SessionDocument:
     """Everything ``kilo-rules simulate`` reports for one session, as its JSON document:
     the model, its cache facts and prices, the fitted calibration (when the log records
     usage), the session as recorded (:func:`recorded_summary`), the cost floor (the
@@ -791,48 +838,52 @@ def session_document(
     )
     calibration = None
     if applied is not None:
-        calibration = applied.to_json(applied=True)
+        calibration = applied.document(applied=True)
     elif fitted is not None:
-        calibration = fitted.to_json(applied=False)
+        calibration = fitted.document(applied=False)
     # The session's floor: the cheapest of these replays under a perfect cache.
     finished = [r for r in reports if not r.stopped and r.floor_cost is not None]
     best = min(finished, key=lambda r: r.floor_cost or 0.0, default=None)
-    floor: dict[str, Any] | None = None
-    if best is not None:
-        floor = {
-            "cost_usd": best.floor_cost,
-            "policy": best.policy,
-            "input": best.perfect_read + best.perfect_write,
-            "cache_write": best.perfect_write,
-            "cache_read": best.perfect_read,
-            "output": best.output,
-        }
+    floor: CostFloor | None = None
+    if best is not None and best.floor_cost is not None:
+        floor = CostFloor(
+            cost_usd=best.floor_cost,
+            policy=best.policy,
+            input=best.perfect_read + best.perfect_write,
+            cache_write=best.perfect_write,
+            cache_read=best.perfect_read,
+            output=best.output,
+        )
     out_reports = []
     for r in reports:
-        doc = r.to_json(steps=steps)
         cost = r.cost
-        doc["floor_ratio"] = (
-            cost / floor["cost_usd"]
-            if floor and cost is not None and floor["cost_usd"] and not r.stopped
+        ratio = (
+            cost / floor.cost_usd
+            if floor and cost is not None and floor.cost_usd and not r.stopped
             else None
         )
-        out_reports.append(doc)
-    return {
-        "version": 1,
-        "session": name,
-        "session_messages": len(session.messages),
-        "model": model.id,
-        "cache": model.cache.model_dump(mode="json"),
-        "prices": model.prices.model_dump(mode="json") if model.prices else None,
-        "calibration": calibration,
-        "notes": notes,
-        "recorded": recorded_summary(session, model.prices),
-        "floor": floor,
-        "reports": out_reports,
-    }
+        out_reports.append(r.document(steps=steps, floor_ratio=ratio))
+    return SessionDocument(
+        version=1,
+        session=name,
+        session_messages=len(session.messages),
+        model=model.id,
+        cache=model.cache,
+        prices=model.prices,
+        calibration=calibration,
+        notes=notes,
+        recorded=recorded_usage(session, model.prices),
+        floor=floor,
+        reports=out_reports,
+    )
 
 
 def recorded_summary(session: Session, prices: Prices | None) -> dict[str, Any]:
+    """:func:`recorded_usage` as JSON data."""
+    return recorded_usage(session, prices).to_json()
+
+
+def recorded_usage(session: Session, prices: Prices | None) -> RecordedUsage:
     """The session as its agent ran it, from the usage its log records, priced at
     ``prices`` (the simulated model's, so that it compares with the replays): ``requests``
     (every assistant message, the agent's own compaction calls included) and how many
@@ -872,15 +923,15 @@ def recorded_summary(session: Session, prices: Prices | None) -> dict[str, Any]:
     known = [c for c in costs if c is not None]
     if pending is not None:  # the log ends on a compaction call
         known.append(pending)
-    return {
-        "requests": requests,
-        "with_usage": with_usage,
-        "input": total_in,
-        "output": total_out,
-        "cost_usd": sum(known) if known and prices is not None else None,
-        "request_costs_usd": costs if known and prices is not None else None,
-        "compactions": compactions,
-    }
+    return RecordedUsage(
+        requests=requests,
+        with_usage=with_usage,
+        input=total_in,
+        output=total_out,
+        cost_usd=sum(known) if known and prices is not None else None,
+        request_costs_usd=costs if known and prices is not None else None,
+        compactions=compactions,
+    )
 
 
 def _recorded_cost(msg: Message, prices: Prices | None) -> float | None:
@@ -909,7 +960,7 @@ class SessionJob:
     steps: bool = True
     run: int | None = None
 
-    def __call__(self, path: Path) -> dict[str, Any]:
+    def __call__(self, path: Path) -> SessionDocument:
         from kilo_rules.engine.base.sandbox import allow_read
         from kilo_rules.engine.compiler.compile import compile_policy
         from kilo_rules.engine.importers import read_session
@@ -924,7 +975,7 @@ class SessionJob:
             for w in caught:
                 if not isinstance(w.message, MultipleRunsWarning):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            doc = session_document(
+            doc = build_session_document(
                 session,
                 plans,
                 name=str(path),
@@ -935,8 +986,8 @@ class SessionJob:
                 steps=self.steps,
             )
             runs = [w.message for w in caught if isinstance(w.message, MultipleRunsWarning)]
-            doc["notes"] = [*(_run_note(w) for w in runs), *doc["notes"]]
-            return doc
+            notes = [*(_run_note(w) for w in runs), *doc.notes]
+            return doc.model_copy(update={"notes": notes}) if runs else doc
 
 
 def _run_note(w: MultipleRunsWarning) -> str:

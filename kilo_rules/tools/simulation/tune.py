@@ -55,6 +55,16 @@ from kilo_rules.engine.frontend.resolve import (
     resolve_policy,
     unknown_bundled,
 )
+from kilo_rules.tools.simulation.documents import (
+    DiagnosticDocument,
+    FailedSession,
+    SessionDocument,
+    TuneCandidate,
+    TuneKnob,
+    TuneReport,
+    TuneSkipped,
+    TuneWinner,
+)
 from kilo_rules.tools.simulation.fleet import (
     Executor,
     Outcome,
@@ -78,6 +88,7 @@ __all__ = [
     "load_tune_file",
     "render_report_html",
     "run_tune",
+    "with_winner_file",
     "write_outputs",
 ]
 
@@ -277,42 +288,47 @@ class TuneResult:
         return tuple(() for _ in self.failed)
 
     def to_json(self) -> dict[str, Any]:
-        """The report: every candidate, its knob values and measures, and the winner."""
+        """The report (:meth:`document`) as JSON data."""
+        return self.document().to_json()
+
+    def document(self) -> TuneReport:
+        """The report: every candidate, its knob values and measures, and the winner
+        (``schemas/tune-report.v1.json``)."""
         spec = self.spec
         winner = None
         if self.winner is not None:
             w = self.results[self.winner]
             base = self.baseline.measures
             assert w.measures is not None  # a winner was measured
-            winner = {
-                "index": w.candidate.index,
-                "name": w.candidate.name,
-                "values": dict(w.candidate.values),
-                "cost_usd": w.measures.cost,
-                "baseline_cost_usd": base.cost if base else None,
-                "vs_baseline": self.vs_baseline(w),
-            }
-        return {
-            "version": 1,
-            "tune_file": str(spec.file),
-            "base": spec.base,
-            "base_name": spec.base_name,
-            "model": spec.model.id,
-            "calibrate": spec.calibrate,
-            "constraints": spec.constraints.model_dump(mode="json"),
-            "search": spec.search.model_dump(mode="json"),
-            "knobs": [{"path": k.path, "values": list(k.values)} for k in spec.knobs],
-            "sessions": list(self.sessions),
-            "failed": [
-                {"session": s, "error": e, "diagnostics": [d.to_json() for d in diags]}
+            winner = TuneWinner(
+                index=w.candidate.index,
+                name=w.candidate.name,
+                values=dict(w.candidate.values),
+                cost_usd=w.measures.cost,
+                baseline_cost_usd=base.cost if base else None,
+                vs_baseline=self.vs_baseline(w),
+            )
+        return TuneReport(
+            version=1,
+            tune_file=str(spec.file),
+            base=spec.base,
+            base_name=spec.base_name,
+            model=spec.model.id,
+            calibrate=spec.calibrate,
+            constraints=spec.constraints,
+            search=spec.search,
+            knobs=[TuneKnob(path=k.path, values=list(k.values)) for k in spec.knobs],
+            sessions=list(self.sessions),
+            failed=[
+                FailedSession(session=s, error=e, diagnostics=_diagnostics(diags))
                 for (s, e), diags in zip(self.failed, self._failed_diagnostics(), strict=True)
             ],
-            "skipped": [{"session": s, "reason": r} for s, r in self.skipped],
-            "uncalibrated": list(self.uncalibrated),
-            "floor_cost_usd": self.floor_cost,
-            "candidates": [_result_json(self, r) for r in self.results],
-            "winner": winner,
-        }
+            skipped=[TuneSkipped(session=s, reason=r) for s, r in self.skipped],
+            uncalibrated=list(self.uncalibrated),
+            floor_cost_usd=self.floor_cost,
+            candidates=[_candidate_document(self, r) for r in self.results],
+            winner=winner,
+        )
 
 
 def _rank(r: CandidateResult) -> tuple[int, int, int]:
@@ -323,40 +339,32 @@ def _rank(r: CandidateResult) -> tuple[int, int, int]:
     return (round(m.cost / _COST_EPSILON), m.compactions, r.candidate.index)
 
 
-def _result_json(result: TuneResult, r: CandidateResult) -> dict[str, Any]:
+def _diagnostics(diags: Sequence[Diagnostic]) -> list[DiagnosticDocument]:
+    return [DiagnosticDocument.model_validate(d.to_json()) for d in diags]
+
+
+def _candidate_document(result: TuneResult, r: CandidateResult) -> TuneCandidate:
     c, m = r.candidate, r.measures
-    out: dict[str, Any] = {
-        "index": c.index,
-        "name": c.name,
-        "baseline": c.baseline,
-        "values": dict(c.values),
-        "status": "skipped" if m is None else "measured",
-        "feasible": r.feasible,
-        "winner": result.winner == c.index,
-        "reasons": list(r.reasons),
-        "cost_usd": None,
-        "vs_baseline": result.vs_baseline(r),
-        "floor_ratio": None,
-        "compactions": None,
-        "max_compactions": None,
-        "provider_overflows": None,
-        "stopped": None,
-        "session_costs": None,
-        "errors": [],
-        "diagnostics": [d.to_json() for d in r.diagnostics],
-    }
-    if m is not None:
-        out.update(
-            cost_usd=m.cost,
-            floor_ratio=m.floor_ratio,
-            compactions=m.compactions,
-            max_compactions=m.max_compactions,
-            provider_overflows=m.overflows,
-            stopped=m.stopped,
-            session_costs=list(m.session_costs),
-            errors=list(m.errors),
-        )
-    return out
+    return TuneCandidate(
+        index=c.index,
+        name=c.name,
+        baseline=c.baseline,
+        values=dict(c.values),
+        status="skipped" if m is None else "measured",
+        feasible=r.feasible,
+        winner=result.winner == c.index,
+        reasons=list(r.reasons),
+        cost_usd=None if m is None else m.cost,
+        vs_baseline=result.vs_baseline(r),
+        floor_ratio=None if m is None else m.floor_ratio,
+        compactions=None if m is None else m.compactions,
+        max_compactions=None if m is None else m.max_compactions,
+        provider_overflows=None if m is None else m.overflows,
+        stopped=None if m is None else m.stopped,
+        session_costs=None if m is None else list(m.session_costs),
+        errors=[] if m is None else list(m.errors),
+        diagnostics=_diagnostics(r.diagnostics),
+    )
 
 
 # --- loading -------------------------------------------------------------------------------
@@ -957,7 +965,7 @@ def _prepare(
 
 
 def _measure(
-    docs: Sequence[Mapping[str, Any]], position: int, name: str
+    docs: Sequence[SessionDocument], position: int, name: str
 ) -> tuple[Measures, float | None]:
     """One candidate's measures over the session documents (its report is the
     ``position``-th of each), and the sum of the sessions' floors."""
@@ -967,30 +975,29 @@ def _measure(
     compactions = overflows = stopped = peak = 0
     errors: list[str] = []
     for doc in docs:
-        report = doc["reports"][position]
-        if report["policy"] != name:  # the order of the plans is the order of the reports
-            raise RuntimeError(f"report {position} is {report['policy']!r}, not {name!r}")
-        cost = report["cost_usd"]
+        report = doc.reports[position]
+        if report.policy != name:  # the order of the plans is the order of the reports
+            raise RuntimeError(f"report {position} is {report.policy!r}, not {name!r}")
+        cost = report.cost_usd
         if cost is None:
             raise KiloRulesError(
                 Diagnostic(
                     "tune.no-prices",
-                    f"tune needs prices: {doc['session']} has no cost for {doc['model']}",
-                    Location(str(doc["session"]), 1, 1),
+                    f"tune needs prices: {doc.session} has no cost for {doc.model}",
+                    Location(doc.session, 1, 1),
                 )
             )
-        costs.append(float(cost))
-        compactions += int(report["compactions"])
-        peak = max(peak, int(report["compactions"]))
-        overflows += int(report["provider_overflows"])
-        if report["stopped"]:
+        costs.append(cost)
+        compactions += report.compactions
+        peak = max(peak, report.compactions)
+        overflows += report.provider_overflows
+        if report.stopped:
             stopped += 1
-            errors.append(f"{doc['session']}: {report['error'] or 'stopped early'}")
-        floor = (doc.get("floor") or {}).get("cost_usd")
-        if floor is None:
+            errors.append(f"{doc.session}: {report.error or 'stopped early'}")
+        if doc.floor is None:
             floor_known = False
         else:
-            floors.append(float(floor))
+            floors.append(doc.floor.cost_usd)
     total = math.fsum(costs)
     floor_sum = math.fsum(floors) if floor_known and floors else None
     measures = Measures(
@@ -1118,16 +1125,16 @@ def run_tune(
     return TuneResult(
         spec=spec,
         results=tuple(results),
-        sessions=tuple(str(d["session"]) for d in docs),
+        sessions=tuple(d.session for d in docs),
         failed=tuple((str(o.path), o.error or "failed") for o in failed),
         floor_cost=floor,
         winner=best.candidate.index if best is not None else None,
         skipped=tuple(not_logs),
         failed_diagnostics=tuple(o.diagnostics for o in failed),
         uncalibrated=tuple(
-            str(d["session"])
+            d.session
             for d in docs
-            if spec.calibrate and not (d.get("calibration") or {}).get("applied")
+            if spec.calibrate and not (d.calibration is not None and d.calibration.applied)
         ),
     )
 
@@ -1223,7 +1230,7 @@ def write_outputs(result: TuneResult, out_dir: str | Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     spec = result.spec
     written: dict[str, Path] = {}
-    report = result.to_json()
+    report = result.document()
     if result.winner is not None:
         winner = result.results[result.winner]
         extends, note = _winner_extends(spec, out)
@@ -1244,9 +1251,11 @@ def write_outputs(result: TuneResult, out_dir: str | Path) -> dict[str, Path]:
             ),
         )
         written["policy"] = path
-        report["winner"]["file"] = str(path)
+        report = with_winner_file(report, path)
     json_path = out / "report.json"
-    safefs.write_atomic(json_path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    safefs.write_atomic(
+        json_path, json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+    )
     written["json"] = json_path
     html_path = out / "report.html"
     safefs.write_atomic(html_path, render_report_html(result))
@@ -1254,8 +1263,16 @@ def write_outputs(result: TuneResult, out_dir: str | Path) -> dict[str, Path]:
     return written
 
 
+def with_winner_file(report: TuneReport, path: str | Path) -> TuneReport:
+    """``report`` saying that its winner's policy was written to ``path``."""
+    if report.winner is None:
+        return report
+    winner = report.winner.model_copy(update={"file": str(path)})
+    return report.model_copy(update={"winner": winner})
+
+
 def render_report_html(result: TuneResult) -> str:
     """The tune result as one self-contained HTML page:
     :func:`kilo_rules.tools.simulation.htmlreport.render_tune_html` of
-    :meth:`TuneResult.to_json`."""
-    return render_tune_html(result.to_json())
+    :meth:`TuneResult.document`."""
+    return render_tune_html(result.document())
