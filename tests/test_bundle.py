@@ -642,6 +642,70 @@ def test_hostile_tarballs_are_refused_without_writing(tmp_path: Path, name: str)
     assert not Path("/tmp/kilo-rules-pwned").exists()
 
 
+#: Members PEP 706's data filter refuses, and the error it raises for each.
+FILTERED: dict[str, str] = {
+    "traversal": "OutsideDestinationError",
+    "deep-traversal": "OutsideDestinationError",
+    "symlink": "AbsoluteLinkError",
+    "hardlink": "AbsoluteLinkError",
+    "gnu-symlink": "LinkOutsideDestinationError",
+    "device": "SpecialFileError",
+    "fifo": "SpecialFileError",
+}
+
+
+@pytest.mark.parametrize("name", list(FILTERED))
+def test_the_data_filter_refusals_are_located_bundle_errors(tmp_path: Path, name: str) -> None:
+    data, code = HOSTILE[name]
+    bad = tmp_path / "hostile.tar.gz"
+    bad.write_bytes(data)
+    with pytest.raises(BundleError) as exc:
+        verify_bundle(bad)
+    diag = exc.value.diagnostic
+    assert (diag.code, diag.details["filter"]) == (code, FILTERED[name])
+    assert diag.location.file == str(bad)  # the bundle, never the hostile name
+
+
+@pytest.mark.parametrize("name", list(FILTERED))
+def test_without_the_data_filter_the_same_members_are_refused(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python 3.11 before 3.11.4 has no tarfile.data_filter: the rules of the reader alone.
+    monkeypatch.setattr(bundle_mod, "_DATA_FILTER", None)
+    data, code = HOSTILE[name]
+    bad = tmp_path / "hostile.tar.gz"
+    bad.write_bytes(data)
+    with pytest.raises(BundleError) as exc:
+        extract_bundle(bad, tmp_path / "out")
+    assert _code(exc) == code and "filter" not in exc.value.diagnostic.details
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_member_goes_through_the_data_filter(
+    built: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[str, str]] = []
+    real = tarfile.data_filter
+
+    def recording(info: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+        seen.append((info.name, dest))
+        return real(info, dest)
+
+    monkeypatch.setattr(bundle_mod, "_DATA_FILTER", recording)
+    verify_bundle(built)
+    assert [name for name, _ in seen] == [name for name, _ in _members(built)]
+    # Judged against a destination that does not exist: nothing on disk sways the verdict.
+    assert not any(Path(dest).exists() for _, dest in seen)
+
+
+def test_a_link_the_data_filter_lets_in_is_still_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "b.tar.gz"
+    bad.write_bytes(_tar([_link(tarfile.SYMTYPE, "team.yaml")]))
+    with pytest.raises(BundleError) as exc:
+        verify_bundle(bad)
+    assert _code(exc) == "bundle.link" and "filter" not in exc.value.diagnostic.details
+
+
 def test_a_hostile_name_is_not_put_into_a_location(tmp_path: Path) -> None:
     bad = tmp_path / "b.tar.gz"
     bad.write_bytes(_tar([("../../etc/passwd", b"x")]))

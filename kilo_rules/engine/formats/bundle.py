@@ -13,11 +13,15 @@ Everything a bundle holds is untrusted. The reader here is written for that:
 - the file, the decompressed stream, each member, the manifest and their sum are capped
   (the ``MAX_*`` constants), and so is the ratio of decompressed to compressed bytes, so
   that a gzip bomb stops at the cap, not at the end of the disk;
-- the tar headers are parsed here, not by :mod:`tarfile`, and only what ``build_bundle``
-  writes is accepted: plain ustar entries of regular files. Links, devices, directories,
-  pax and GNU extension headers are refused, and so are names that are absolute, hold
-  ``..``, a dot-file, a backslash or a control character, or collide with another name
-  (exactly, or once case and Unicode normalisation are folded, as some file systems do);
+- the tar headers are parsed by :mod:`tarfile` and every member is put through PEP 706's
+  ``data`` extraction filter (:func:`tarfile.data_filter`: no absolute or escaping path,
+  no device, no link leading out), whose refusals become the errors below; where the
+  filter is missing (Python before 3.11.4) the stricter rules here decide alone;
+- only what ``build_bundle`` writes is then accepted: plain ustar entries of regular
+  files. Links, devices, directories, pax and GNU extension headers are refused, and so
+  are names that are absolute, hold ``..``, a dot-file, a backslash or a control
+  character, or collide with another name (exactly, or once case and Unicode
+  normalisation are folded, as some file systems do);
 - nothing is written until every check has passed, and then only under a fresh temporary
   directory beside the destination, renamed into place at the end.
 
@@ -39,6 +43,7 @@ import re
 import secrets
 import shutil
 import stat
+import tarfile
 import time
 import unicodedata
 import zlib
@@ -145,6 +150,14 @@ _TYPES = {
     b"S": "a GNU sparse file",
 }
 _MAGICS = (b"ustar\x0000", b"ustar  \x00")
+#: PEP 706's data filter (Python 3.11.4 and later), or None where it is missing.
+_DATA_FILTER: Callable[[tarfile.TarInfo, str], tarfile.TarInfo] | None = getattr(
+    tarfile, "data_filter", None
+)
+#: The destination the data filter judges members against: a directory that does not
+#: exist, so that its realpath() resolves nothing and its verdict depends on the names
+#: alone, not on what this machine's file system holds.
+_FILTER_ROOT = "/nonexistent/kilo-rules-bundle"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _REVISION = re.compile(r"sha256:[0-9a-f]{64}")
 # RFC 3339 in UTC only ("Z"): one spelling, so a signed expiry reads one way everywhere.
@@ -678,54 +691,85 @@ def _gunzip(data: bytes, where: Location) -> bytearray:
     return out
 
 
-def _number(field: bytes, what: str, where: Location) -> int:
-    if field[:1] == b"\x80":  # GNU base-256, for values an octal field cannot hold
-        return int.from_bytes(field[1:], "big")
-    text = field.split(b"\0", 1)[0].strip(b" ")
-    if not text:
-        return 0
-    if not all(0x30 <= c <= 0x37 for c in text):
-        _fail("bundle.tar", f"the {what} field of a tar header is not a number", where)
-    return int(text, 8)
-
-
-def _name(header: bytes, posix: bool, where: Location) -> str:
-    name = header[0:100].split(b"\0", 1)[0]
-    prefix = header[345:500].split(b"\0", 1)[0] if posix else b""
-    raw = prefix + b"/" + name if prefix else name
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
+def _refuse_filtered(info: tarfile.TarInfo, error: Exception, where: Location) -> NoReturn:
+    """A member PEP 706's data filter refuses, as the bundle error of its kind."""
+    path = info.name
+    why = type(error).__name__
+    if isinstance(error, tarfile.SpecialFileError):
+        kind = info.type
         _fail(
-            "bundle.path",
-            f"a member's name is not UTF-8: {raw!r}",
+            "bundle.member-type",
+            f"member {path!r} is {_TYPES.get(kind, f'of type {kind!r}')}; "
+            "a bundle holds regular files only",
             where,
-            member=raw.decode("utf-8", "backslashreplace"),
+            member=path,
+            type=kind.decode("latin-1"),
+            filter=why,
         )
+    if isinstance(error, tarfile.AbsoluteLinkError | tarfile.LinkOutsideDestinationError):
+        _fail(
+            "bundle.link",
+            f"member {path!r} is {_LINKS.get(info.type, 'a link')} pointing outside the "
+            "bundle; a bundle holds regular files only",
+            where,
+            member=path,
+            filter=why,
+        )
+    _fail(
+        "bundle.path",
+        f"member {path!r} is refused: it would be written outside the bundle",
+        where,
+        member=path,
+        filter=why,
+    )
+
+
+def _data_filter(info: tarfile.TarInfo, where: Location) -> None:
+    """PEP 706's ``data`` filter, the standard library's own rules for extracting an
+    untrusted tarball (no absolute or escaping path, no device, no link leading out),
+    applied to each member before the stricter rules of :func:`_untar`. Where the filter
+    is missing (Python 3.11 before 3.11.4) those rules alone decide: they refuse
+    everything it would."""
+    data_filter = _DATA_FILTER
+    if data_filter is None:
+        return
+    try:
+        data_filter(info, _FILTER_ROOT)
+    except tarfile.FilterError as exc:
+        _refuse_filtered(info, exc, where)
+
+
+def _open_tar(tar: bytearray, where: Location) -> tarfile.TarFile:
+    try:
+        return tarfile.TarFile(
+            fileobj=io.BytesIO(tar), mode="r", encoding="utf-8", errors="surrogateescape"
+        )
+    except (tarfile.TarError, ValueError, OverflowError, EOFError) as exc:
+        _fail("bundle.tar", f"the bundle is not a tarball: {exc}", where)
+
+
+def _next(archive: tarfile.TarFile, where: Location) -> tarfile.TarInfo | None:
+    try:
+        return archive.next()
+    except (tarfile.TarError, ValueError, OverflowError, EOFError) as exc:
+        _fail("bundle.tar", f"a tar header cannot be read: {exc}", where, offset=archive.offset)
 
 
 def _untar(tar: bytearray, bundle: str) -> _Contents:
-    """Walk the tar headers: regular files only, each name checked, every size capped."""
+    """Read the members with :mod:`tarfile`: each put through PEP 706's data filter, then
+    held to what ``build_bundle`` writes (plain ustar entries of regular files, each name
+    checked, every size capped)."""
     manifest: bytes | None = None
     signature: bytes | None = None
     files: dict[str, bytes] = {}
     files_total = 0
-    offset = 0
     count = 0
+    where = Location(bundle, 1, 1)
+    archive = _open_tar(tar, where)
     while True:
-        where = Location(bundle, 1, 1)
-        header = bytes(tar[offset : offset + _BLOCK])
-        if len(header) < _BLOCK:
-            _fail("bundle.tar", "the tarball ends without its end marker", where, offset=offset)
-        if header == _ZERO_BLOCK:
+        info = _next(archive, where)
+        if info is None:
             break
-        stored = _number(header[148:156], "checksum", where)
-        blank = header[:148] + b" " * 8 + header[156:]
-        if stored not in (sum(blank), sum(b - 256 if b > 127 else b for b in blank)):
-            _fail("bundle.tar", "a tar header's checksum is wrong", where, offset=offset)
-        magic = header[257:265]
-        if magic not in _MAGICS:
-            _fail("bundle.tar", "a tar header is not ustar", where, offset=offset)
         count += 1
         if count > MAX_MEMBERS:
             _fail(
@@ -734,12 +778,38 @@ def _untar(tar: bytearray, bundle: str) -> _Contents:
                 where,
                 limit=MAX_MEMBERS,
             )
-        path = _name(header, magic == _MAGICS[0], where)
+        path = info.name
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = path.encode("utf-8", "surrogateescape")
+            _fail(
+                "bundle.path",
+                f"a member's name is not UTF-8: {raw!r}",
+                where,
+                member=raw.decode("utf-8", "backslashreplace"),
+            )
+        # tarfile folds an extension header into the member after it; the member's
+        # header then starts past the extension's own blocks.
+        if info.offset_data - info.offset != _BLOCK or archive.pax_headers:
+            what = "a pax extended header" if info.pax_headers else "a GNU long name"
+            if archive.pax_headers:
+                what = "a pax global header"
+            _fail(
+                "bundle.member-type",
+                f"member {path!r} comes with {what}; a bundle holds plain ustar entries",
+                where,
+                member=path,
+                type="x" if "pax" in what else "L",
+            )
+        if bytes(tar[info.offset + 257 : info.offset + 265]) not in _MAGICS:
+            _fail("bundle.tar", "a tar header is not ustar", where, offset=info.offset)
+        _data_filter(info, where)
         special = path in (MANIFEST, SIGNATURE)
         problem = None if special else path_problem(path)
         # A refused name is never put into a location, where it would read as a real path.
         member_at = _at(bundle, path) if problem is None else where
-        kind = header[156:157]
+        kind = info.type
         if kind in _LINKS:
             _fail(
                 "bundle.link",
@@ -758,7 +828,7 @@ def _untar(tar: bytearray, bundle: str) -> _Contents:
             )
         if problem is not None:
             _fail("bundle.path", f"member {path!r} is refused: {problem}", where, member=path)
-        size = _number(header[124:136], "size", where)
+        size = info.size
         limit = {MANIFEST: MAX_MANIFEST_BYTES, SIGNATURE: MAX_SIGNATURE_BYTES}.get(
             path, MAX_FILE_BYTES
         )
@@ -768,12 +838,11 @@ def _untar(tar: bytearray, bundle: str) -> _Contents:
             files_total += size
             if files_total > MAX_TOTAL_BYTES:
                 _too_large("the bundle's files", files_total, MAX_TOTAL_BYTES, where)
-        start = offset + _BLOCK
+        start = info.offset_data
         if start + size > len(tar):
             _fail("bundle.tar", f"member {path!r} is cut short", member_at, member=path)
         # One copy of each member, straight out of the stream; the stream goes afterwards.
         data = bytes(memoryview(tar)[start : start + size])
-        offset = start + size + (-size % _BLOCK)
         if (
             path in files
             or (path == MANIFEST and manifest is not None)
@@ -786,6 +855,13 @@ def _untar(tar: bytearray, bundle: str) -> _Contents:
             signature = data
         else:
             files[path] = data
+    # tarfile ends its listing at the first header it cannot read, as at the end marker:
+    # only the end marker (two zero blocks, or the one a short tarball has) is an end.
+    end = bytes(tar[archive.offset : archive.offset + _BLOCK])
+    if len(end) < _BLOCK:
+        _fail("bundle.tar", "the tarball ends without its end marker", where, offset=archive.offset)
+    if end != _ZERO_BLOCK:
+        _fail("bundle.tar", "a tar header's checksum is wrong", where, offset=archive.offset)
     for path, _other, why in _collisions(files):
         _fail("bundle.duplicate", f"member {path!r} {why}", _at(bundle, path), member=path)
     if manifest is None:
