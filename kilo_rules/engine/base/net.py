@@ -25,6 +25,11 @@ which rule (``net.scheme``, ``net.host``, ``net.address``, ``net.redirect``,
 
 :class:`UrlCache` keeps fetched texts (and failures, for a shorter while) for a TTL, so
 that a URL is not fetched again on every step.
+
+These rules are written here, over httpx, rather than taken from a library: httpx has no
+address policy of its own, and the guard must connect to the very address it checked and
+hold redirects, decoded bytes and time to one cap each, which a wrapper would have to do
+in the same way and be trusted as much.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ Every command runs under one guarded runner and exits with one set of codes:
 
 Structured output takes ``--format text|json`` (``check`` also ``github``); long values in
 tables end in an ellipsis, and ``--full`` shows them whole.
+
+The parser is the standard library's :mod:`argparse`: it serves every command here, and a
+third-party CLI framework would add a core dependency without removing any of the exit-code
+and error handling above, which is the project's own.
 """
 
 from __future__ import annotations
