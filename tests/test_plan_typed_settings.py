@@ -188,3 +188,22 @@ def test_the_runtime_keeps_a_plans_caches_only_while_the_plan_lives() -> None:
     gc.collect()
     assert ref() is None
     assert cached_plans() == before - 2
+
+
+def test_the_evaluation_context_is_derived_from_the_values(tmp_path: Path) -> None:
+    path = tmp_path / "per-step.yaml"
+    path.write_text(PER_STEP)
+    plan = compile_policy(path, model())
+    names = [f.name for f in dataclasses.fields(plan) if f.init]
+    assert "static_context" not in names and "dynamic" not in names  # one source: values
+    per_step = [v.name for v in plan.values.values() if v.dynamic]
+    assert [name for name, _ in plan.dynamic] == per_step
+    assert "prune.protect_tokens" in per_step
+    for v in plan.values.values():
+        assert (v.name in plan.static_context) is (not v.dynamic)
+        if not v.dynamic:
+            assert plan.static_context[v.name] == v.value
+    assert plan.static_context["model.limits.context"] == plan.model.limits.context
+    step = {"session.turns": 5, "session.compactions": 0, "session.has_summary": False}
+    ctx = plan.context({**step, "request.media": 0})
+    assert ctx["prune.protect_tokens"] == 1000 == plan.value("prune.protect_tokens", ctx)

@@ -201,7 +201,7 @@ def _stage_values(b: _Build) -> None:
         if reads_dynamic:
             dynamic_names.add(name)
             b.dynamic.append((name, compiled))
-            b.values[name] = Value(name, None, loc, compiled.text, True)
+            b.values[name] = Value(name, None, loc, compiled.text, True, compiled)
             continue
         value = compiled(b.context)
         b.values[name] = Value(name, value, loc, compiled.text, False)
@@ -648,13 +648,11 @@ class Compiler:
             data=build.data,
             overrides=tuple(build.applied),
             values=dict(build.values),
-            dynamic=tuple(build.dynamic),
             prompt=build.prompt,
             layers=tuple(build.layers),
             caching=build.caching,
             knobs=build.knobs if build.knobs is not None else _no_knobs(),
             stages=build.stages,
-            static_context=dict(build.context),
             _locate=build.locate,
             settings=build.settings,
             summary_template=build.summary_template,

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from kilo_rules.engine.base.errors import Diagnostic, Location
 from kilo_rules.engine.base.frozen import FrozenDict, freeze
+from kilo_rules.engine.base.settings import CONFIG_FIELDS
 from kilo_rules.engine.compiler.knobs import Knobs, Setting
 from kilo_rules.engine.formats.catalog import ModelInfo
 from kilo_rules.engine.formats.policy import OutputCap, PolicyBody
-from kilo_rules.engine.frontend.expr import CompiledExpr
+from kilo_rules.engine.frontend.expr import CompiledExpr, model_values
 
 if TYPE_CHECKING:
     from kilo_rules.engine.text.truncate import TruncateResult
@@ -154,6 +155,8 @@ class Value:
     location: Location
     expression: str | None
     dynamic: bool
+    #: The expression compiled, for a value decided per step (:meth:`Plan.context`).
+    compiled: CompiledExpr | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"value": self.value, "at": str(self.location)}
@@ -197,8 +200,9 @@ class Plan:
     config: dict[str, Any]
     data: dict[str, Any]
     overrides: tuple[str, ...]
+    #: Every value the policy defines, by dotted name, in evaluation order: the one
+    #: source of the evaluation context (:meth:`context`).
     values: dict[str, Value]
-    dynamic: tuple[tuple[str, CompiledExpr], ...]
     prompt: PromptChoice | None
     layers: tuple[LayerPlan, ...]
     #: The cache decision, typed (``cache`` is its old dict form).
@@ -206,7 +210,6 @@ class Plan:
     #: Every knob a policy may write as an expression, typed (see :mod:`.knobs`).
     knobs: Knobs
     stages: tuple[str, ...]
-    static_context: dict[str, Any] = field(repr=False)
     _locate: Callable[[tuple[str | int, ...]], Location] = field(repr=False, compare=False)
     #: The policy's typed settings for this model: each knob validated, at the model's
     #: default when the policy leaves it out, model-only expressions already evaluated.
@@ -218,12 +221,33 @@ class Plan:
     chunk_model: ChunkModel | None = None
     #: What compile found doubtful for this model (a window with no room left, ...).
     warnings: tuple[Diagnostic, ...] = ()
+    # Derived from model, config and values once, for context(): what every step's
+    # context starts from, and the per-step values in evaluation order.
+    _static: FrozenDict[str, Any] = field(init=False, repr=False, compare=False)
+    _per_step: tuple[tuple[str, CompiledExpr], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("config", "data", "static_context"):
+        for name in ("config", "data"):
             object.__setattr__(self, name, freeze(getattr(self, name)))
         values = {k: replace(v, value=freeze(v.value)) for k, v in self.values.items()}
         object.__setattr__(self, "values", FrozenDict(values))
+        static = {**model_values(self.model), **{n: self.config.get(n) for n in CONFIG_FIELDS}}
+        static.update((v.name, v.value) for v in values.values() if not v.dynamic)
+        object.__setattr__(self, "_static", freeze(static))
+        per_step = tuple((v.name, v.compiled) for v in values.values() if v.compiled is not None)
+        object.__setattr__(self, "_per_step", per_step)
+
+    @property
+    def static_context(self) -> FrozenDict[str, Any]:
+        """The evaluation context every step starts from: ``model.*``, ``config.*`` and
+        the values decided for the model (read-only)."""
+        return self._static
+
+    @property
+    def dynamic(self) -> tuple[tuple[str, CompiledExpr], ...]:
+        """(name, compiled expression) of each value decided per step, in the order
+        :meth:`context` evaluates them."""
+        return self._per_step
 
     # ------------------------------------------------------------------ single decisions
 
@@ -244,10 +268,10 @@ class Plan:
     def context(self, dynamic: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """An evaluation context: static values plus ``dynamic`` names, with every
         per-step policy value evaluated in order."""
-        ctx = dict(self.static_context)
+        ctx = dict(self._static)
         if dynamic:
             ctx.update(dynamic)
-        for name, compiled in self.dynamic:
+        for name, compiled in self._per_step:
             ctx[name] = compiled(ctx)
         return ctx
 
