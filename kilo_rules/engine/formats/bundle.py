@@ -739,10 +739,42 @@ def _data_filter(info: tarfile.TarInfo, where: Location) -> None:
         _refuse_filtered(info, exc, where)
 
 
+class _View(io.RawIOBase):
+    """The decompressed stream as a read-only file for :mod:`tarfile`, without the copy
+    :class:`io.BytesIO` would make of it (up to :data:`MAX_TAR_BYTES` more memory)."""
+
+    def __init__(self, data: bytearray) -> None:
+        self._data = memoryview(data)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self._data[self._pos : self._pos + len(buffer)]
+        buffer[: len(chunk)] = chunk
+        self._pos += len(chunk)
+        return len(chunk)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._data)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+
 def _open_tar(tar: bytearray, where: Location) -> tarfile.TarFile:
     try:
         return tarfile.TarFile(
-            fileobj=io.BytesIO(tar), mode="r", encoding="utf-8", errors="surrogateescape"
+            fileobj=io.BufferedReader(_View(tar)),
+            mode="r",
+            encoding="utf-8",
+            errors="surrogateescape",
         )
     except (tarfile.TarError, ValueError, OverflowError, EOFError) as exc:
         _fail("bundle.tar", f"the bundle is not a tarball: {exc}", where)
