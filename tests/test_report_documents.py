@@ -121,16 +121,23 @@ def test_a_document_an_older_simulator_wrote_still_holds_to_the_schema() -> None
 def test_schema_and_model_refuse_the_same_wrong_values() -> None:
     plans = [compile_policy("kilo-default", SONNET)]
     good = build_session_document(read_session(SUBAGENT), plans, name="s").to_json()
-    for change in (
-        lambda d: d["reports"][0]["steps"][3].update(input="12"),
-        lambda d: d["reports"][0].update(stopped=0),
-        lambda d: d["cache"].update(kind="sometimes"),
-        lambda d: d["reports"][0].update(surprise=1),
-        lambda d: d.update(version=2),
-        lambda d: d["recorded"].pop("with_usage"),
-    ):
+    changes: list[tuple[tuple[str | int, ...], str, Any]] = [
+        (("reports", 0, "steps", 3), "input", "12"),
+        (("reports", 0), "stopped", 0),
+        (("cache",), "kind", "sometimes"),
+        (("reports", 0), "surprise", 1),
+        ((), "version", 2),
+        (("recorded",), "with_usage", None),  # None: the key removed
+    ]
+    for where, key, value in changes:
         bad = json.loads(json.dumps(good))
-        change(bad)
+        node = bad
+        for part in where:
+            node = node[part]
+        if value is None:
+            del node[key]
+        else:
+            node[key] = value
         assert _problems("simulate.v1.json", bad), bad
         with pytest.raises(ValueError):
             read_document(SessionDocument, bad)
