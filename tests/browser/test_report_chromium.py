@@ -40,7 +40,10 @@ def test_opus_report_renders_in_chromium(tmp_path: Path) -> None:
     # The session as recorded (what simulate adds from the log's usage): the agent
     # compacted before request 72; its cost per request.
     costs = [st["cost_usd"] * 0.9 for st in doc["reports"][0]["steps"]]
-    doc["recorded"] = {"cost_usd": sum(costs), "request_costs_usd": costs, "compactions": [72]}
+    doc["recorded"] = {
+        **{"requests": 144, "with_usage": 143, "input": 0, "output": 0},
+        **{"cost_usd": sum(costs), "request_costs_usd": costs, "compactions": [72]},
+    }
     policies = [r["policy"] for r in doc["reports"]]
     page_file = tmp_path / "simulate-report.html"
     url = page_file.as_uri()
