@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +68,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     long after the others ran out of work. Nothing here may depend on the order, so
     reordering is also a check that no test relies on another having run before it."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@contextlib.contextmanager
+def shared_by_workers(
+    tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[tuple[Path, bool]]:
+    """A directory every pytest-xdist worker of this run sees, and whether the caller is the
+    first to get it (and must fill it before the block ends).
+
+    A module-scoped fixture runs once per worker that runs one of its tests, and work
+    stealing spreads a module's tests over every worker: an expensive result (a whole
+    tune) would be computed once per core. Here the first worker computes it under a file
+    lock while the others wait for it, then read what it left. A block that raises leaves
+    the directory unfinished, so the next worker tries again (and fails the same way)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's root, above each worker's own basetemp
+    where = base / f"shared-{name}"
+    done = where / ".done"
+    with (base / f"shared-{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            first = not done.exists()
+            if first:
+                if where.exists():
+                    shutil.rmtree(where)
+                where.mkdir()
+            yield where, first
+            if first:
+                done.touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -20,7 +20,7 @@ from kilo_rules.tools.cli import main
 from kilo_rules.tools.simulation.simulate import simulate
 from kilo_rules.tools.simulation.tune import candidate_policy, candidates, load_tune_file
 
-from .conftest import ROOT, SHARED
+from .conftest import ROOT, SHARED, shared_by_workers
 
 EXAMPLE = ROOT / "examples/sessions/claude-code-sonnet45-subagent-a2898e3.jsonl"
 OPUS = SHARED / "data/trajectories/claude-code-opus46-spotter-8463c716.jsonl"
@@ -264,23 +264,28 @@ def _captured() -> Iterator[tuple[io.StringIO, io.StringIO]]:
 def real_tune(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One tune through the command line on the Claude Code sessions (the shared one only
     when the shared corpus is there), over the two knobs that move the cost on them: the
-    tail budget and the compaction threshold (the breakpoints and tail_turns do not)."""
-    tmp = tmp_path_factory.mktemp("tune")
+    tail budget and the compaction threshold (the breakpoints and tail_turns do not).
+    The tune runs once per test run, whichever worker gets there first; the others read
+    its outputs."""
     sessions = [str(EXAMPLE)] + ([str(OPUS)] if OPUS.is_file() else [])
-    path = _tune_file(
-        tmp,
-        "  overflow.threshold_percent: [null, 80]\n"
-        "  compaction.preserve_recent_tokens: [4000, 12000]\n",
-        sessions=", ".join(sessions),
-        extra="constraints: {max_overflows: 0, max_compactions: 3}\n",
-    )
-    out_dir = tmp / "tuned"
-    with _captured() as (out, err):
-        code = main(["tune", str(path), "--out", str(out_dir), "--jobs", "2", "--no-progress"])
+    with shared_by_workers(tmp_path_factory, "real-tune") as (tmp, first):
+        out_dir = tmp / "tuned"
+        if first:
+            path = _tune_file(
+                tmp,
+                "  overflow.threshold_percent: [null, 80]\n"
+                "  compaction.preserve_recent_tokens: [4000, 12000]\n",
+                sessions=", ".join(sessions),
+                extra="constraints: {max_overflows: 0, max_compactions: 3}\n",
+            )
+            with _captured() as (out, err):
+                args = ["tune", str(path), "--out", str(out_dir), "--jobs", "2", "--no-progress"]
+                code = main(args)
+            ran = {"code": code, "out": out.getvalue(), "err": err.getvalue()}
+            (tmp / "run.json").write_text(json.dumps(ran), encoding="utf-8")
+        ran = json.loads((tmp / "run.json").read_text(encoding="utf-8"))
     return {
-        "code": code,
-        "out": out.getvalue(),
-        "err": err.getvalue(),
+        **ran,
         "dir": out_dir,
         "sessions": sessions,
         "report": json.loads((out_dir / "report.json").read_text(encoding="utf-8")),
