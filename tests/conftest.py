@@ -43,8 +43,12 @@ def _engine_bodies_are_acceptable(
     unwrapped function. A test that builds a refused body on purpose says so with
     ``@pytest.mark.unchecked_bodies``. The window rule is left to the tests that replay
     sessions: a single apply may build an over-window request that the runtime then
-    compacts."""
+    compacts. A test that runs ``check_body`` itself on every body the engine builds in it,
+    with a context at least as strict, says so with ``@pytest.mark.checks_every_body``
+    and is not checked twice."""
     if request.node.get_closest_marker("unchecked_bodies"):
+        return
+    if request.node.get_closest_marker("checks_every_body"):
         return
     import kilo_rules.engine.providers as providers
     from kilo_rules.engine.providers.acceptance import BodyContext, check_body
@@ -58,6 +62,15 @@ def _engine_bodies_are_acceptable(
         return body
 
     monkeypatch.setattr(providers, "render", checked)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers this conftest reads."""
+    config.addinivalue_line(
+        "markers",
+        "checks_every_body: runs check_body itself on every body it builds (the conftest "
+        "does not check them again)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -4,7 +4,9 @@ Every recorded session is replayed the way an agent drives the engine (``Runtime
 before each recorded assistant message, compaction included; see
 ``tests/compaction/replay.py``) under kilo-default, for every wire API, at a small and at
 a very large window. Each body sent is run through :func:`check_body` (with the window,
-the model and where each signature came from) and through the SDK/schema check.
+the model and where each signature came from) and through the SDK/schema check; a body
+the runtime built and dropped (it compacted instead) gets the check every test's bodies
+get (``tests/conftest.py``).
 
 One replay per (session, model, window): the runtime's decisions depend on the model and
 not only on the window (the cache gate and placement, media in tool results and the
@@ -30,7 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from wire_checks import check
@@ -218,13 +221,15 @@ class Report:
 
     bodies: int = 0
     rejected: int = 0
+    dropped: int = 0  # built, then compacted instead of sent: checked without the window
     errors: Counter[str] = field(default_factory=Counter)
     violations: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
     def render(self, title: str) -> str:
         lines = [
             f"{title}: {self.bodies} bodies, {self.rejected} over the window (provider "
-            f"overflows), {sum(self.errors.values())} steps refused with a typed error",
+            f"overflows), {self.dropped} built and dropped for a compaction, "
+            f"{sum(self.errors.values())} steps refused with a typed error",
         ]
         lines.extend(f"  typed errors in {where}: {n}" for where, n in sorted(self.errors.items()))
         for rule, found in sorted(self.violations.items(), key=lambda kv: -len(kv[1])):
@@ -236,6 +241,7 @@ class Report:
         return {
             "bodies": self.bodies,
             "rejected": self.rejected,
+            "dropped": self.dropped,
             "errors": dict(self.errors),
             "violations": {rule: len(found) for rule, found in sorted(self.violations.items())},
         }
@@ -291,21 +297,59 @@ def _check(
         report.violations["wire-schema"].append(f"{where}: {first}")
 
 
+def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, Any], str, str]]:
+    """Every body rendered from now on, as (body, wire API, model), in order.
+
+    The test takes the conftest's check of every body over: a body a step returns gets
+    :func:`_check` (the window, the token count, the signature issuers: a stricter
+    context), and one the runtime built and dropped (the request it compacted instead of
+    sending) gets the conftest's check, so no body goes unchecked and none twice."""
+    import kilo_rules.engine.providers as providers
+
+    render = providers.render
+    built: list[tuple[dict[str, Any], str, str]] = []
+
+    def recorded(model_request: Any, api: str) -> Any:
+        body = render(model_request, api)
+        built.append((body, api, model_request.model))
+        return body
+
+    monkeypatch.setattr(providers, "render", recorded)
+    return built
+
+
+def _check_dropped(
+    report: Report, where: str, built: list[tuple[dict[str, Any], str, str]], sent: Sent | Failed
+) -> None:
+    """The conftest's check on the bodies built since the last step but not returned."""
+    returned = sent.result.request if isinstance(sent, Sent) else None
+    for body, api, model_id in built:
+        if body is returned:
+            continue
+        report.dropped += 1
+        for v in check_body(body, api, BodyContext(model_id)):
+            report.violations[v.rule].append(f"{where} (a dropped body) {v.path}: {v.message}")
+    built.clear()
+
+
+@pytest.mark.checks_every_body
 @pytest.mark.slow
 @pytest.mark.parametrize("window", list(WINDOWS))
 @pytest.mark.parametrize("name", list(MODELS))
 def test_replayed_sessions_send_only_acceptable_bodies(
-    name: str, window: str, request: pytest.FixtureRequest
+    name: str, window: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     present = [log for log in SESSIONS if log[0].exists()]
     if not present:
         pytest.skip("no recorded sessions available")
     plan = compile_policy("kilo-default", model(limits=WINDOWS[window], **MODELS[name]))
     report = Report()
+    built = _recording(monkeypatch)
     for log in present:
         session = _session(*log)
         issuers, wire = _issuers(session), WireCheck()
         for item in sent_bodies(session, plan):
+            _check_dropped(report, f"{_name(log)} step {item.step}", built, item)
             if isinstance(item, Failed):
                 report.errors[f"{_name(log)}: {item.code}"] += 1
                 continue
@@ -318,3 +362,23 @@ def test_replayed_sessions_send_only_acceptable_bodies(
     assert report.bodies > 0
     if report.violations:
         pytest.fail(report.render(f"{name} at {window}"), pytrace=False)
+
+
+def test_a_dropped_body_is_checked_and_a_returned_one_left_to_check() -> None:
+    # A tool result with no call before it breaks result-has-call on every API.
+    bad = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 10,
+        "messages": [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+        ],
+    }
+    report = Report()
+    _check_dropped(
+        report, "s step 1", [(bad, "anthropic", "claude-sonnet-4-5")], Failed(1, "m", "x")
+    )
+    assert report.dropped == 1 and "result-has-call" in report.violations
+    returned = Sent(1, "m", cast(StepResult, SimpleNamespace(request=bad)), 0)
+    again, built = Report(), [(bad, "anthropic", "claude-sonnet-4-5")]
+    _check_dropped(again, "s step 1", built, returned)
+    assert again.dropped == 0 and not again.violations and built == []
