@@ -973,6 +973,11 @@ TUNE_REPORT = Path(__file__).parent / "fixtures" / "tune" / "report.json"
         ("constraints.max_overflows", True, "expected an integer, got a boolean"),
         ("winner.index", 99, "no candidate 99 in candidates"),
         ("candidates.1.index", 0, "candidate 0 is listed twice"),
+        (
+            "knobs.0.values.0",
+            {"a": 1},
+            "expected an integer, a number, true or false, a string or null, got an object",
+        ),
     ],
 )
 def test_invalid_tune_reports_name_the_bad_value(path: str, value: Any, message: str) -> None:
@@ -981,3 +986,11 @@ def test_invalid_tune_reports_name_the_bad_value(path: str, value: Any, message:
         render_tune_html(doc)
     where = re.sub(r"\.(\d+)", r"[\1]", path)
     assert str(info.value) == f"{where}: {message}"
+
+
+def test_a_dotted_key_is_quoted_in_the_path() -> None:
+    doc = json.loads(TUNE_REPORT.read_text(encoding="utf-8"))
+    doc["candidates"][1]["values"]["overflow.threshold_percent"] = [60]
+    with pytest.raises(DocumentError) as info:
+        render_tune_html(doc)
+    assert info.value.path == 'candidates[1].values["overflow.threshold_percent"]'

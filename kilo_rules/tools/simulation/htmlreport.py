@@ -125,9 +125,37 @@ def _path(loc: Sequence[int | str]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
+        elif not part.isidentifier():  # a key of a mapping, such as a knob's dotted path
+            out += f"[{json.dumps(part, ensure_ascii=False)}]"
         else:
             out += f".{part}" if out else part
     return out
+
+
+# The names pydantic gives the members of a union of plain types in an error's location.
+_UNION_MEMBERS = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+}
+
+
+def _first_problem(errors: Sequence[ErrorDetails]) -> tuple[str, str]:
+    """The path and the problem of the first error. A value that fits no member of a union
+    (a knob value) fails once per member: those failures are one problem, at the value."""
+    first = errors[0]
+    loc = first["loc"]
+    if loc and loc[-1] in _UNION_MEMBERS:
+        members = [
+            str(e["loc"][-1])
+            for e in errors
+            if e["loc"][:-1] == loc[:-1] and len(e["loc"]) == len(loc)
+        ]
+        if len(members) > 1:
+            wanted = ", ".join(_UNION_MEMBERS.get(m, m) for m in members)
+            return _path(loc[:-1]), f"expected {wanted} or null, got {_kind(first.get('input'))}"
+    return _path(loc), _problem(first)
 
 
 _EXPECTED = {
@@ -180,8 +208,8 @@ def _validated(model: type[_D], doc: object, what: str) -> _D:
     try:
         return read_document(model, doc)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise DocumentError(_path(first["loc"]), _problem(first), what=what) from None
+        path, problem = _first_problem(exc.errors())
+        raise DocumentError(path, problem, what=what) from None
 
 
 def _in_order(doc: SessionDocument) -> SessionDocument:
