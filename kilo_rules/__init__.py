@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from kilo_rules.engine.text.truncate import cleanup_spill_dir, truncate_output
     from kilo_rules.tools.checking.check import CheckReport, check_paths
     from kilo_rules.tools.serving.store import PolicyStore, ReloadResult, StoreSettings
+    from kilo_rules.tools.simulation.documents import CorpusDocument, SessionDocument, TuneReport
     from kilo_rules.tools.simulation.simulate import SimulationReport, simulate
 
 #: Where each public name lives. The package imports a module only when one of its names
@@ -132,6 +133,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "kilo_rules.engine.runtime.prune": ("PruneResult", "prune_session"),
     "kilo_rules.engine.base.sandbox": ("allow_read",),
     "kilo_rules.engine.formats.session": ("Message", "Session", "dump_session"),
+    "kilo_rules.tools.simulation.documents": ("CorpusDocument", "SessionDocument", "TuneReport"),
     "kilo_rules.tools.simulation.simulate": ("SimulationReport", "simulate"),
     "kilo_rules.tools.serving.store": ("PolicyStore", "ReloadResult", "StoreSettings"),
     "kilo_rules.engine.summarizers.protocol": ("Summarizer", "SummarizerError", "SummaryRequest"),
@@ -201,6 +203,7 @@ __all__ = [
     "CompactionResult",
     "Compiler",
     "ContextOverflowError",
+    "CorpusDocument",
     "Decision",
     "Diagnostic",
     "EvalError",
@@ -226,6 +229,7 @@ __all__ = [
     "Routes",
     "Runtime",
     "Session",
+    "SessionDocument",
     "SessionError",
     "SimulationReport",
     "Skill",
@@ -237,6 +241,7 @@ __all__ = [
     "SummarizerError",
     "SummaryRequest",
     "SystemTransformContext",
+    "TuneReport",
     "Violation",
     "Workspace",
     "__version__",
