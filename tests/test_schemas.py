@@ -87,3 +87,9 @@ def test_expression_types_come_from_the_model_through_lists_and_overrides() -> N
         ("overrides", 0, "when"): "bool",
         ("overrides", 0, "set", "budget", "usable"): "int",
     }
+
+
+def test_the_schema_command_offers_every_generated_schema() -> None:
+    from kilo_rules.tools.cli.schema import NAMES
+
+    assert sorted(f"{n}.v1.json" for n in NAMES) == sorted(generated_schemas())

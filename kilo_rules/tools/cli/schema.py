@@ -13,6 +13,20 @@ from kilo_rules.tools.checking.jsonschemas import generated_schemas, render
 from kilo_rules.tools.cli._options import Subcommands, add_command
 from kilo_rules.tools.cli._runner import EXIT_DIAGNOSTICS, EXIT_OK, EXIT_USAGE
 
+#: The schemas by the name the command takes (``NAME.v1.json`` in ``schemas/``); a test
+#: keeps it equal to what the generator makes.
+NAMES = (
+    "policy",
+    "session",
+    "catalog",
+    "routes",
+    "policytest",
+    "tune",
+    "simulate",
+    "corpus",
+    "tune-report",
+)
+
 
 def register(sub: Subcommands) -> None:
     """Add ``schema`` to the subcommands."""
@@ -22,7 +36,7 @@ def register(sub: Subcommands) -> None:
         summary="print, write or verify the JSON Schemas",
         description="Print a JSON Schema (for editors), or write or verify schemas/*.json.",
     )
-    p.add_argument("name", nargs="?", default="policy", help="policy, session or catalog")
+    p.add_argument("name", nargs="?", default="policy", help=f"one of: {', '.join(NAMES)}")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--write", action="store_true", help="regenerate schemas/*.json")
     g.add_argument("--check", action="store_true", help="fail if schemas/*.json are stale")
