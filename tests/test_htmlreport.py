@@ -994,3 +994,82 @@ def test_a_dotted_key_is_quoted_in_the_path() -> None:
     with pytest.raises(DocumentError) as info:
         render_tune_html(doc)
     assert info.value.path == 'candidates[1].values["overflow.threshold_percent"]'
+
+
+# --- the templates -----------------------------------------------------------------------------
+
+# Markup and every character that escaping changes, quotes included.
+NASTY = HOSTILE + "\"&'"
+# NASTY as html.escape writes it, the escaping the pages have always had.
+NASTY_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;&quot;&amp;&#x27;"
+
+
+def _assert_inert(text: str) -> ET.Element:
+    assert "<script" not in text.lower()
+    assert NASTY_ESCAPED in text
+    return parse(text)  # still well-formed: nothing escaped its attribute or element
+
+
+def test_markup_and_quotes_in_names_are_escaped_in_every_block_of_a_corpus_page() -> None:
+    doc = corpus(MAX_CHARTED_SESSIONS + 1)
+    first = doc["sessions"][0]
+    first["session"] = f"corpus/{NASTY}.jsonl"
+    first["reports"][0]["policy"] = NASTY
+    first["notes"] = [NASTY]
+    doc["sessions"][-1]["session"] = f"rest/{NASTY}.jsonl"
+    doc["aggregate"]["policies"][0]["policy"] = NASTY
+    doc["aggregate"]["worst"][0]["session"] = first["session"]
+    doc["aggregate"]["worst"][1]["policy"] = NASTY
+    doc["failed"][0]["error"] = NASTY
+    root = _assert_inert(render_html(doc))
+    assert one(root, ".//table[@class='aggregate-table']/tbody/tr[1]").get("data-policy") == NASTY
+    worst = root.findall(".//table[@class='worst-table']/tbody/tr")
+    assert text_of(worst[0][1]) == first["session"]
+    assert one(root, ".//table[@class='worst-table']//a").get("href") == "#s1"
+    assert text_of(worst[1][2]) == NASTY
+    assert text_of(one(root, ".//section[@id='failed']//li")).endswith(f": {NASTY}")
+    assert text_of(one(root, ".//section[@id='s1']/h2")) == f"1. {first['session']}"
+    totals = one(root, ".//table[@id='s1-totals']")
+    assert f"divides each cost by {NASTY}'s" in text_of(one(totals, "caption"))
+    assert totals.findall("tbody/tr")[0].get("data-policy") == NASTY
+    legend = root.findall(".//figure[@id='s1-context']//li[@data-policy]")[0]
+    assert legend.get("data-policy") == text_of(legend) == NASTY
+    rest = root.findall(".//table[@class='rest-table']/tbody/tr")
+    assert text_of(rest[-1][1]) == f"rest/{NASTY}.jsonl"
+    facts = one(root, ".//section[@id='s1']/dl[@class='facts']")
+    assert NASTY in [text_of(dd) for dd in facts.findall("dd")]
+
+
+def test_markup_and_quotes_in_names_are_escaped_in_the_tune_page() -> None:
+    doc = json.loads(TUNE_REPORT.read_text(encoding="utf-8"))
+    old = doc["knobs"][0]["path"]
+    doc["knobs"][0]["path"] = f"{NASTY}.knob"
+    for c in doc["candidates"]:
+        if old in c["values"]:
+            c["values"][f"{NASTY}.knob"] = c["values"].pop(old)
+    doc["base_name"] = NASTY
+    doc["candidates"][1]["name"] = NASTY
+    doc["failed"] = [{"session": NASTY, "error": NASTY}]
+    root = _assert_inert(render_tune_html(doc))
+    assert text_of(one(root, ".//h1")).startswith(f"kilo-rules tune: {NASTY}")
+    assert text_of(one(root, ".//head/title")).startswith(f"kilo-rules tune: {NASTY}")
+    head = root.findall(".//table[@class='candidates-table']/thead/tr/th")
+    assert text_of(head[1]) == f"{NASTY}.knob"
+    names = {s.get("title") for s in root.findall(".//table[@class='candidates-table']//span")}
+    assert NASTY in names
+    assert text_of(one(root, ".//section[@id='failed']//li")) == f"{NASTY}: {NASTY}"
+    assert one(root, ".//figure[@id='tune-knob-0']").find("figcaption") is not None
+
+
+def test_the_templates_ship_as_package_data() -> None:
+    import tomllib
+    from fnmatch import fnmatch
+    from importlib.resources import files
+
+    folder = files("kilo_rules.tools.simulation") / "templates"
+    shipped = sorted(p.name for p in folder.iterdir() if p.is_file())
+    assert {"page.html.j2", "sections.html.j2", "report.css", "tune.css"} <= set(shipped)
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text("utf-8"))
+    globs = pyproject["tool"]["setuptools"]["package-data"]["kilo_rules.tools.simulation"]
+    for name in shipped:
+        assert any(fnmatch(f"templates/{name}", g) for g in globs), name

@@ -1,22 +1,12 @@
 """A ``kilo-rules simulate`` or ``kilo-rules tune`` result as one self-contained HTML page.
 
-:func:`render_html` reads the JSON document ``simulate --format json`` prints (one session,
-or a corpus of sessions with its aggregate); :func:`render_tune_html` reads the tune's
-``report.json``. Each returns a single HTML file, both pages drawn alike: inline CSS,
-charts drawn here as inline SVG, no script and no external resource of any kind, so the
-page can be attached to a CI run, mailed or archived and still open years later. A
-Content-Security-Policy meta tag forbids scripts and remote loads as a second line of
-defence: every string from the document is escaped, but the page should stay inert even if
-a future change forgets one.
-
-The output is deterministic (the same document gives the same bytes), so two reports can
-be diffed. Series longer than :data:`MAX_POINTS` are reduced to each bucket's minimum and
-maximum, keeping every step that carries a marker, so a long session stays a small file.
-
-It reads the documents as their models (:mod:`~kilo_rules.tools.simulation.documents`),
-and validates JSON data against them strictly (the JSON may come from another version of
-the simulator or from a hand-edited file), raising :class:`DocumentError` (a
-:class:`ValueError`) with the path of the first bad value and what is wrong with it.
+:func:`render_html` (the ``simulate --format json`` document) and :func:`render_tune_html`
+(the tune's ``report.json``) validate their document against its model, strictly, raising
+:class:`DocumentError` at the first bad value, and render it through the Jinja2 templates of
+``templates/`` (autoescape on), with the inline-SVG charts of
+:mod:`~kilo_rules.tools.simulation.charts`. The page has inline CSS and no script or
+external resource (a Content-Security-Policy forbids both), and the same document always
+gives the same bytes.
 """
 
 from __future__ import annotations
