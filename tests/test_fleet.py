@@ -273,8 +273,11 @@ def test_dask_runs_on_the_cluster_at_a_scheduler_address(tmp_path: Path) -> None
     from dask.distributed import Client, LocalCluster
 
     paths = numbers(tmp_path, ["1"] * 6)
+    # dashboard_address=None still serves on 8787; ":0" takes a free port, so a cluster
+    # that another xdist worker started at the same time is no collision (a warning, here
+    # an error).
     with LocalCluster(  # type: ignore[no-untyped-call]
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
     ) as cluster:
         with Client(cluster) as client:  # type: ignore[no-untyped-call]
             worker_pids = set(client.run(os.getpid).values())
