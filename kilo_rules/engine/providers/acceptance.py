@@ -65,12 +65,11 @@ def _blank(text: str | None) -> bool:
 
 
 def _answering(view: View, rules: ApiRules, i: int) -> tuple[Turn, ...] | None:
-    """The turns that must answer the calls of turn ``i`` (None: the body ends first)."""
+    """The turns that must answer the calls of turn ``i`` (None: the body ends first), for
+    the pairings by position (by id, see :func:`_call_answered_by_id`)."""
     turns = view.turns
     if i + 1 >= len(turns):
         return None
-    if rules.pairing == "by-id":
-        return turns[i + 1 :]
     if rules.pairing == "tool-messages":
         run = []
         for turn in turns[i + 1 :]:
@@ -83,9 +82,8 @@ def _answering(view: View, rules: ApiRules, i: int) -> tuple[Turn, ...] | None:
 
 
 def _asked(view: View, rules: ApiRules, j: int) -> list[Block]:
-    """The calls the results in turn ``j`` may answer."""
-    if rules.pairing == "by-id":
-        return [call for turn in view.turns[:j] for call in wire.calls(turn)]
+    """The calls the results in turn ``j`` may answer, for the pairings by position (by id,
+    see :func:`_result_has_call_by_id`)."""
     asker = _asker(view, rules, j)
     return wire.calls(asker) if asker is not None else []
 
@@ -155,6 +153,9 @@ def _alternation(view: View, rules: ApiRules, ctx: BodyContext) -> Found:
 # call call_…".
 @_rule("call-answered", lambda r: True)
 def _call_answered(view: View, rules: ApiRules, ctx: BodyContext) -> Found:
+    if rules.pairing == "by-id":
+        yield from _call_answered_by_id(view, rules)
+        return
     for i, turn in enumerate(view.turns):
         calls = wire.calls(turn)
         if not calls:
@@ -175,10 +176,9 @@ def _call_answered(view: View, rules: ApiRules, ctx: BodyContext) -> Found:
                 )
             if not ids:  # Gemini ids are optional; without them the count is the rule
                 continue
-        where = "after it" if rules.pairing == "by-id" else "right after it"
         for call in calls:
             if call.call_id is not None and call.call_id not in ids:
-                yield call.at("id"), f"call {call.call_id!r} has no result {where}"
+                yield call.at("id"), f"call {call.call_id!r} has no result right after it"
 
 
 # Anthropic: "unexpected `tool_use_id` found in `tool_result` blocks ... Each `tool_result`
@@ -189,23 +189,70 @@ def _call_answered(view: View, rules: ApiRules, ctx: BodyContext) -> Found:
 # call_…".
 @_rule("result-has-call", lambda r: True)
 def _result_has_call(view: View, rules: ApiRules, ctx: BodyContext) -> Found:
+    if rules.pairing == "by-id":
+        yield from _result_has_call_by_id(view)
+        return
     for j, turn in enumerate(view.turns):
         results = wire.results(turn)
         if not results:
             continue
         calls = _asked(view, rules, j)
         if not calls:
-            where = "before it" if rules.pairing == "by-id" else "in the turn right before it"
             for result in results:
-                yield result.at("id"), f"a result with no call {where}"
+                yield result.at("id"), "a result with no call in the turn right before it"
             continue
         ids = {c.call_id for c in calls if c.call_id is not None}
         if rules.pairing == "function-turns" and not ids:
             continue
-        caller = "no earlier item" if rules.pairing == "by-id" else "the preceding assistant turn"
+        caller = "the preceding assistant turn"
         for result in results:
             if result.call_id is not None and result.call_id not in ids:
                 yield result.at("id"), f"result for {result.call_id!r}, which {caller} did not call"
+
+
+# By id, any later item may answer a call and any earlier one may have made it: one pass
+# records, per id, the last turn holding its result and the first holding its call, so a
+# body is checked in time linear in its turns (the sidecar checks every body it builds).
+def _call_answered_by_id(view: View, rules: ApiRules) -> Found:
+    last_result: dict[str, int] = {}
+    for j, turn in enumerate(view.turns):
+        for result in wire.results(turn):
+            if result.call_id is not None:
+                last_result[result.call_id] = j
+    for i, turn in enumerate(view.turns):
+        calls = wire.calls(turn)
+        if not calls:
+            continue
+        if i + 1 >= len(view.turns) and not rules.calls_answered_at_end:
+            continue
+        for call in calls:
+            if call.call_id is not None and last_result.get(call.call_id, -1) <= i:
+                yield call.at("id"), f"call {call.call_id!r} has no result after it"
+
+
+def _result_has_call_by_id(view: View) -> Found:
+    first_call: dict[str, int] = {}
+    first_any: int | None = None
+    for i, turn in enumerate(view.turns):
+        for call in wire.calls(turn):
+            if first_any is None:
+                first_any = i
+            if call.call_id is not None:
+                first_call.setdefault(call.call_id, i)
+    for j, turn in enumerate(view.turns):
+        results = wire.results(turn)
+        if not results:
+            continue
+        if first_any is None or first_any >= j:
+            for result in results:
+                yield result.at("id"), "a result with no call before it"
+            continue
+        for result in results:
+            if result.call_id is not None and first_call.get(result.call_id, j) >= j:
+                yield (
+                    result.at("id"),
+                    (f"result for {result.call_id!r}, which no earlier item did not call"),
+                )
 
 
 # Anthropic: "tool_result blocks must come first in the content of the user message,
