@@ -704,7 +704,8 @@ def _run_dask(
                     n_workers=min(workers or _default_workers(), len(paths)),
                     threads_per_worker=1,
                     processes=True,
-                    dashboard_address=None,
+                    # ":0", not None: None still binds 8787, so two clusters clash.
+                    dashboard_address=":0",
                     # A failing session is reported in its Outcome; the workers' own
                     # log of it (a traceback per session) would bury the progress.
                     silence_logs=logging.CRITICAL,
