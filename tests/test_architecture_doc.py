@@ -79,3 +79,16 @@ def test_no_room_imports_the_public_package_above_it() -> None:
     # kilo_rules/__init__.py sits above both wings: a room that imported it would point up.
     graph = grimp.build_graph("kilo_rules")
     assert sorted(graph.find_modules_that_directly_import("kilo_rules")) == []
+
+
+def test_every_folder_of_the_package_ships_in_the_wheel() -> None:
+    # setuptools lists packages by hand (policies/ and schemas/ are mapped in from the top
+    # level): a room or data folder left out of the list would be missing from the wheel.
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(config["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join(d.relative_to(ROOT).parts)
+        for d in [PACKAGE, *PACKAGE.rglob("*")]
+        if d.is_dir() and d.name != "__pycache__" and any(f.is_file() for f in d.iterdir())
+    }
+    assert folders <= listed, sorted(folders - listed)
