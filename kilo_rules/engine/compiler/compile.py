@@ -240,12 +240,17 @@ def _stage_settings(b: _Build) -> None:
                 b.locate(path),
             )
         ) from None
-    settings, per_step = b.settings, dict(b.dynamic)
+    per_step = dict(b.dynamic)
     b.knobs = build_knobs(
-        lambda name: functools.reduce(getattr, name.split("."), settings),
+        _reader(b.settings),
         {name: per_step[name] for name in KNOB_NAMES if name in per_step},
         lambda name: name in b.values,
     )
+
+
+def _reader(settings: PolicyBody) -> Callable[[str], Any]:
+    """A setting of ``settings`` by dotted name (``prune.protect_tokens``)."""
+    return lambda name: functools.reduce(getattr, name.split("."), settings)
 
 
 def _read_prompt(b: _Build, path: JsonPath, what: str) -> tuple[str, str]:
@@ -447,10 +452,7 @@ STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
 def _no_knobs() -> Knobs:
     """The knobs of a plan compiled only up to a stage before ``settings``: each at the
     policy model's default."""
-    body = PolicyBody()
-    return build_knobs(
-        lambda name: functools.reduce(getattr, name.split("."), body), {}, lambda _: False
-    )
+    return build_knobs(_reader(PolicyBody()), {}, lambda _: False)
 
 
 def _revision(policy: ResolvedPolicy) -> str:

@@ -305,8 +305,9 @@ def _prompt(plan: Plan) -> dict[str, Any] | None:
 
 def _setting_changes(a: Plan, b: Plan) -> list[SettingChange]:
     out = []
-    for key in sorted(set(a.cache) | set(b.cache)):
-        ca, cb = a.cache.get(key), b.cache.get(key)
+    cache_a, cache_b = a.caching.to_json(), b.caching.to_json()
+    for key in sorted(set(cache_a) | set(cache_b)):
+        ca, cb = cache_a.get(key), cache_b.get(key)
         if _canon(ca) != _canon(cb):
             out.append(SettingChange("cache", key, ca, cb))
     pa, pb = _prompt(a), _prompt(b)
