@@ -264,28 +264,24 @@ class HttpSummarizer:
 
     def _give_up(self, state: RetryState, deadline: bool) -> NoReturn:
         error = _failure(state)
+        if not deadline and self.attempts == 1:
+            raise error
+        details: dict[str, Any]
         if not deadline:
-            if self.attempts == 1:
-                raise error
-            raise SummarizerError(
-                f"{error} (gave up after {self.attempts} attempts)",
-                retryable=True,
-                overflow=error.overflow,
-                code=error.diagnostic.code,
-                details={**error.diagnostic.details, "attempts": self.attempts},
-            ) from None
-        attempts = state.attempt_number
+            why, details = f"gave up after {self.attempts} attempts", {"attempts": self.attempts}
+        else:
+            attempts = state.attempt_number
+            why = (
+                f"gave up after {attempts} attempts: another would end after the total "
+                f"deadline of {self.total_deadline:g} s"
+            )
+            details = {"attempts": attempts, "total_deadline": self.total_deadline}
         raise SummarizerError(
-            f"{error} (gave up after {attempts} attempts: another would end after "
-            f"the total deadline of {self.total_deadline:g} s)",
+            f"{error} ({why})",
             retryable=True,
             overflow=error.overflow,
             code=error.diagnostic.code,
-            details={
-                **error.diagnostic.details,
-                "attempts": attempts,
-                "total_deadline": self.total_deadline,
-            },
+            details={**error.diagnostic.details, **details},
         ) from None
 
     def _uniform(self, low: float, high: float) -> float:
