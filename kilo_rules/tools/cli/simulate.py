@@ -319,7 +319,7 @@ def _failed(o: Outcome[Any]) -> FailedSession:
     return FailedSession(
         session=str(o.path),
         error=str(o.diagnostics[0]) if o.diagnostics else (o.error or "failed"),
-        diagnostics=[DiagnosticDocument.model_validate(d.to_json()) for d in o.diagnostics],
+        diagnostics=[DiagnosticDocument.of(d) for d in o.diagnostics],
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kilo_rules.engine.base.errors import Diagnostic
 from kilo_rules.engine.formats.catalog import CacheFacts, Prices
 from kilo_rules.engine.formats.tune_format import Constraints, KnobValue, Search
 
@@ -269,6 +270,11 @@ class DiagnosticDocument(_Document):
         None, exclude_if=_none, description="Facts for tools, by name."
     )
     hint: str | None = Field(None, exclude_if=_none, description="What to do about it.")
+
+    @classmethod
+    def of(cls, diagnostic: Diagnostic) -> DiagnosticDocument:
+        """``diagnostic`` as the documents hold it."""
+        return cls.model_validate(diagnostic.to_json())
 
 
 class FailedSession(_Document):

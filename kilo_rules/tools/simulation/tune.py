@@ -320,7 +320,9 @@ class TuneResult:
             knobs=[TuneKnob(path=k.path, values=list(k.values)) for k in spec.knobs],
             sessions=list(self.sessions),
             failed=[
-                FailedSession(session=s, error=e, diagnostics=_diagnostics(diags))
+                FailedSession(
+                    session=s, error=e, diagnostics=[DiagnosticDocument.of(d) for d in diags]
+                )
                 for (s, e), diags in zip(self.failed, self._failed_diagnostics(), strict=True)
             ],
             skipped=[TuneSkipped(session=s, reason=r) for s, r in self.skipped],
@@ -337,10 +339,6 @@ def _rank(r: CandidateResult) -> tuple[int, int, int]:
     if m is None:
         return (0, 0, r.candidate.index)
     return (round(m.cost / _COST_EPSILON), m.compactions, r.candidate.index)
-
-
-def _diagnostics(diags: Sequence[Diagnostic]) -> list[DiagnosticDocument]:
-    return [DiagnosticDocument.model_validate(d.to_json()) for d in diags]
 
 
 def _candidate_document(result: TuneResult, r: CandidateResult) -> TuneCandidate:
@@ -363,7 +361,7 @@ def _candidate_document(result: TuneResult, r: CandidateResult) -> TuneCandidate
         stopped=None if m is None else m.stopped,
         session_costs=None if m is None else list(m.session_costs),
         errors=[] if m is None else list(m.errors),
-        diagnostics=_diagnostics(r.diagnostics),
+        diagnostics=[DiagnosticDocument.of(d) for d in r.diagnostics],
     )
 
 
