@@ -1,27 +1,57 @@
-"""The typed lists of wire API names that stay Literals (for mypy and the JSON Schemas)
-agree with the registry's facts, and each built-in record is the registry's."""
+"""The built-in wire APIs are one list, their facts (``wireapi.BUILTIN``): the renderers
+registered, the catalog's and the policy's JSON Schemas and the CLI's choices are read from
+it, and each built-in record is the registry's."""
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
 
 from kilo_rules.engine.formats import wireapi
-from kilo_rules.engine.formats.catalog import EXPLICIT_BREAKPOINTS, WIRE_BREAKPOINTS, WireApi
+from kilo_rules.engine.formats.catalog import (
+    EXPLICIT_BREAKPOINTS,
+    WIRE_BREAKPOINTS,
+    ModelInfo,
+)
 from kilo_rules.engine.formats.policy import Cache
 from kilo_rules.engine.providers import APIS, anthropic, registry
 from kilo_rules.engine.providers.acceptance import RULES
 
 
-def test_wire_api_literal_is_the_builtin_facts() -> None:
-    assert get_args(WireApi) == tuple(f.name for f in wireapi.BUILTIN)
-    assert tuple(sorted(get_args(WireApi))) == APIS
+def test_every_builtin_facts_has_its_module_registered() -> None:
+    assert tuple(sorted(f.name for f in wireapi.BUILTIN)) == APIS
+    for f in wireapi.BUILTIN:
+        assert registry.spec(f.name).facts is f
+    schema = ModelInfo.model_json_schema()["properties"]["api"]
+    assert schema["enum"] == [f.name for f in wireapi.BUILTIN]
 
 
-def test_policy_cache_shapes_are_the_facts_marker_shapes() -> None:
-    keys, values = get_args(Cache.model_fields["shapes"].annotation)
-    choices = {f.name: f.marker_shapes for f in wireapi.BUILTIN if f.marker_shapes}
-    assert set(get_args(keys)) == set(choices)
-    assert set(get_args(values)) == {s for shapes in choices.values() for s in shapes}
+def test_policy_cache_shapes_schema_is_the_facts_marker_shapes() -> None:
+    schema = Cache.model_json_schema()["properties"]["shapes"]
+    choices = {f.name: list(f.marker_shapes) for f in wireapi.BUILTIN if f.marker_shapes}
+    assert {k: v["enum"] for k, v in schema["properties"].items()} == choices
+    assert schema["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    ("shapes", "ok"),
+    [
+        ({"openai": "explicit", "openai-compatible": "cache_control"}, True),
+        ({"openai-responses": "none"}, True),
+        ({"openai": "cache_control"}, False),  # a shape of another API
+        ({"anthropic": "none"}, False),  # no choice there: marks are how it caches
+        ({"opnai": "none"}, False),
+    ],
+)
+def test_policy_cache_shapes_are_checked_per_api(shapes: dict[str, Any], ok: bool) -> None:
+    if ok:
+        assert dict(Cache.model_validate({"shapes": shapes}).shapes) == shapes
+    else:
+        with pytest.raises(ValidationError) as err:
+            Cache.model_validate({"shapes": shapes})
+        assert next(iter(shapes)) in str(err.value)
 
 
 def test_breakpoint_tables_read_the_facts() -> None:

@@ -109,7 +109,7 @@ class CachePlan:
 
     marks: CacheSettings
     provider_limit: int
-    shape: Literal["explicit", "cache_control", "none"] | None = None
+    shape: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The decision as the plan output has always printed it (stable field names)."""

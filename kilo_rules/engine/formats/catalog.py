@@ -28,21 +28,6 @@ from pydantic_core import PydanticCustomError
 from kilo_rules.engine.base.errors import CatalogError, Diagnostic, Location, did_you_mean
 from kilo_rules.engine.formats import wireapi
 
-#: The wire formats kilo-rules ships a renderer for (one module each under
-#: ``kilo_rules.engine.providers``), as a type; their facts are
-#: :data:`kilo_rules.engine.formats.wireapi.BUILTIN` (a test keeps the two equal). A catalog model
-#: may also name a wire API registered since (``kilo_rules.engine.providers.register``):
-#: :data:`WireApiName` checks against the registry.
-WireApi = Literal[
-    "anthropic",
-    "openai",
-    "openai-responses",
-    "bedrock",
-    "gemini",
-    "openai-compatible",
-    "copilot",
-]
-
 
 def _registered_api(value: str) -> str:
     if not wireapi.known(value):
@@ -55,12 +40,13 @@ def _registered_api(value: str) -> str:
     return value
 
 
-#: A registered wire API's name: validated against the registry when a model is read; its
-#: JSON Schema lists the built-in ones.
+#: A registered wire API's name (a built-in one, :data:`kilo_rules.engine.formats.wireapi.BUILTIN`,
+#: or one registered since with ``kilo_rules.engine.providers.register``): validated against
+#: the registry when a model is read; its JSON Schema lists the built-in ones.
 WireApiName = Annotated[
     str,
     AfterValidator(_registered_api),
-    WithJsonSchema({"enum": list(get_args(WireApi)), "type": "string"}),
+    WithJsonSchema({"enum": [f.name for f in wireapi.BUILTIN], "type": "string"}),
 ]
 
 #: Most explicit cache breakpoints one request may carry, per registered wire API (the

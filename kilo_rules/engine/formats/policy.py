@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from kilo_rules.engine.base.frozen import FrozenDict
+from kilo_rules.engine.formats import wireapi
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,6 +581,44 @@ class Breakpoints(_Section):
     )
 
 
+def _marker_shapes(value: dict[str, str]) -> FrozenDict[str, str]:
+    """``cache.shapes`` checked against the facts: each key a wire API with a marker-shape
+    choice, each value one of its choices."""
+    for api, shape in value.items():
+        choices = wireapi.facts(api).marker_shapes if wireapi.known(api) else ()
+        if not choices:
+            named = [n for n in wireapi.names() if wireapi.facts(n).marker_shapes]
+            raise PydanticCustomError(
+                "shape_api",
+                "{api!r} has no marker-shape choice (wire APIs with one: {named})",
+                {"api": api, "named": ", ".join(named)},
+            )
+        if shape not in choices:
+            raise PydanticCustomError(
+                "shape_value",
+                "{api}: {shape!r} is not a marker shape it takes (use {choices})",
+                {"api": api, "shape": shape, "choices": " or ".join(map(repr, choices))},
+            )
+    return FrozenDict(value)
+
+
+def _marker_shapes_schema() -> dict[str, Any]:
+    """The JSON Schema of ``cache.shapes``, written from the built-in APIs' facts."""
+    return {
+        "type": "object",
+        "properties": {
+            f.name: {
+                "description": f"Marker shape on {f.name}.",
+                "enum": list(f.marker_shapes),
+                "type": "string",
+            }
+            for f in wireapi.BUILTIN
+            if f.marker_shapes
+        },
+        "additionalProperties": False,
+    }
+
+
 class Cache(_Section):
     """Prompt-cache markers (spec §10)."""
 
@@ -611,15 +651,12 @@ class Cache(_Section):
     respect_automatic: bool = Field(
         False, description="No explicit breakpoints when automatic caching is enabled."
     )
-    # The wire APIs with a marker-shape choice and their choices are their facts'
-    # marker_shapes (kilo_rules.engine.formats.wireapi); a test keeps this type, which the JSON
-    # Schema is written from, equal to them.
+    # Which wire APIs have a marker-shape choice, and their choices, are their facts'
+    # marker_shapes (kilo_rules.engine.formats.wireapi): read here, not written twice.
     shapes: Annotated[
-        dict[
-            Literal["openai", "openai-responses", "openai-compatible"],
-            Literal["explicit", "cache_control", "none"],
-        ],
-        AfterValidator(FrozenDict),
+        dict[str, str],
+        AfterValidator(_marker_shapes),
+        WithJsonSchema(_marker_shapes_schema()),
     ] = Field(
         default_factory=FrozenDict,
         description="Marker shape per wire format where it is a choice: openai and "

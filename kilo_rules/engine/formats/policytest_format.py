@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kilo_rules.engine.formats.catalog import ModelInfo, WireApi
+from kilo_rules.engine.formats.catalog import ModelInfo, WireApiName
 from kilo_rules.engine.formats.session import Message, ToolDefinition
 
 __all__ = [
@@ -89,7 +89,7 @@ class StepSpec(_Strict):
     agent: AgentSpec = Field(default_factory=AgentSpec, description="The agent answering.")
     previous_agent: str | None = Field(None, description="Agent of the previous answer.")
     automatic_caching: bool = Field(False, description="Provider-side automatic caching on.")
-    provider: WireApi | None = Field(None, description="Wire format (default: the model's).")
+    provider: WireApiName | None = Field(None, description="Wire format (default: the model's).")
     options: dict[str, Any] = Field(
         default_factory=dict, description="Passed through to the request options."
     )

@@ -30,21 +30,14 @@ registry those records are in; :func:`register` adds another wire API.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from kilo_rules.engine.formats import wireapi
 from kilo_rules.engine.formats.catalog import WIRE_BREAKPOINTS, signature_issuer
 from kilo_rules.engine.formats.request import Approval, ModelRequest
-from kilo_rules.engine.providers import (
-    anthropic,
-    bedrock,
-    copilot,
-    gemini,
-    openai,
-    openai_compatible,
-    openai_responses,
-)
 from kilo_rules.engine.providers.registry import Renderer, WireApiSpec, register, spec, unregister
 
 __all__ = [
@@ -60,13 +53,16 @@ __all__ = [
     "unregister",
 ]
 
-# The built-in records, in the order their acceptance rules are listed.
-_BUILTIN = (anthropic, bedrock, gemini, openai, openai_compatible, openai_responses, copilot)
-for _module in _BUILTIN:
+# A built-in wire API is its facts in wireapi.BUILTIN and the module of this package named
+# after it (``openai-responses`` -> ``openai_responses``), whose SPEC is registered here:
+# the facts list is the one list of built-in APIs. The modules are imported by name, from
+# this package only, so no contract of the layers is passed by.
+for _facts in wireapi.BUILTIN:
+    _module = importlib.import_module(f"{__name__}.{_facts.name.replace('-', '_')}")
     register(_module.SPEC)
 
 #: The built-in wire APIs, sorted (one registered later is rendered too).
-APIS: tuple[str, ...] = tuple(sorted(m.SPEC.name for m in _BUILTIN))
+APIS: tuple[str, ...] = tuple(sorted(f.name for f in wireapi.BUILTIN))
 
 #: Most explicit cache breakpoints one request may carry, per wire API (catalog data).
 PROVIDER_BREAKPOINT_LIMITS: Mapping[str, int] = WIRE_BREAKPOINTS

@@ -8,9 +8,11 @@ acceptance rules. :func:`register` adds a record to the registry, and its facts 
 :mod:`kilo_rules.engine.formats.wireapi`'s; the renderers, the endpoint and header look-ups, the
 marker count, the acceptance checks, the catalog, the compiler and the simulator all read it.
 
-Adding a wire API is one module that builds a ``WireApiSpec`` and registers it; a built-in
-one also lists its facts in :data:`kilo_rules.engine.formats.wireapi.BUILTIN`, since the catalog
-must know them before any renderer is imported.
+Adding a wire API is one module that builds a ``WireApiSpec`` and registers it. A built-in
+one is its module in this package plus its facts in
+:data:`kilo_rules.engine.formats.wireapi.BUILTIN`, the one list of built-in APIs: the catalog,
+the policy schema and the compiler sit below the renderers and must know the facts
+without importing them, and the package registers the module named after each entry.
 """
 
 from __future__ import annotations

@@ -11,10 +11,11 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, get_args
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from kilo_rules.engine.base.settings import Settings, parse_config
-from kilo_rules.engine.formats.catalog import ModelInfo, WireApi, bundled_catalog, model_from_data
+from kilo_rules.engine.formats import wireapi
+from kilo_rules.engine.formats.catalog import ModelInfo, bundled_catalog, model_from_data
 from kilo_rules.engine.formats.load import load_yaml_file
 from kilo_rules.tools.cli._runner import EPILOG
 
@@ -24,9 +25,6 @@ if TYPE_CHECKING:
 
 #: The subcommands of the ``kilo-rules`` parser, which each command module adds itself to.
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-
-#: The wire formats (the catalog's names; the providers package renders exactly these).
-APIS = tuple(sorted(get_args(WireApi)))
 
 _POLICY_HELP = "bundled name or path (default: KILO_RULES_POLICY, else kilo-default)"
 
@@ -134,7 +132,9 @@ def add_config(parser: argparse.ArgumentParser) -> None:
 def add_step(parser: argparse.ArgumentParser) -> None:
     """What the agent is doing at the step built: wire format, agent, cwd, step numbers."""
     group = parser.add_argument_group("the step")
-    group.add_argument("--provider", choices=APIS, help="wire format (default: the model's)")
+    group.add_argument(
+        "--provider", choices=sorted(wireapi.names()), help="wire format (default: the model's)"
+    )
     group.add_argument("--agent", default="code", help="agent (mode) name (default: code)")
     group.add_argument("--cwd", default=".", help="working directory of the agent")
     group.add_argument("--step", type=int, default=1, help="step number in the turn")

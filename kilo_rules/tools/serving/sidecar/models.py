@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kilo_rules.engine.formats.catalog import ModelInfo, WireApi
+from kilo_rules.engine.formats.catalog import ModelInfo, WireApiName
 from kilo_rules.engine.formats.session import Session
 
 #: The most models one ``/v1/check`` compiles a policy for.
@@ -97,7 +97,7 @@ class StepIn(_In):
     automatic_caching: bool = Field(
         False, description="Ask for the provider's automatic prompt caching (Anthropic)."
     )
-    provider: WireApi | None = Field(
+    provider: WireApiName | None = Field(
         None, description="Wire format to render (default: the model's)."
     )
 
