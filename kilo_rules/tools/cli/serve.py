@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import ipaddress
 import json
@@ -51,7 +52,14 @@ class ServeSettings(BaseSettings):
     build_timeout: float = Field(
         30.0, gt=0, allow_inf_nan=False, description="Seconds a build may take."
     )
-    max_concurrent_builds: int = Field(8, ge=1, description="Builds run at once.")
+    max_concurrent_builds: int = Field(8, ge=1, description="Builds run at once (per worker).")
+    workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Worker processes answering on the one socket (1: the server is this "
+        "process; more need os.fork).",
+    )
     head_timeout: float = Field(
         10.0, gt=0, allow_inf_nan=False, description="Seconds a request head may take."
     )
@@ -160,7 +168,18 @@ def register(sub: Subcommands) -> None:
         help="time bound of a build, check or plan (default: 30)",
     )
     net.add_argument(
-        "--max-concurrent-builds", type=int, metavar="N", help="builds run at once (default: 8)"
+        "--max-concurrent-builds",
+        type=int,
+        metavar="N",
+        help="builds run at once, per worker (default: 8)",
+    )
+    net.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes answering on the one socket, each building on a core of its "
+        "own; a policy change is checked once and reaches every worker (default: 1, this "
+        "process; about one per core)",
     )
     net.add_argument(
         "--head-timeout",
@@ -322,7 +341,11 @@ def _serve(
     try:
         decision_log = args.decision_log or settings.decision_log
         build_timeout = _pick(args.build_timeout, settings.build_timeout)
-        app = create_app(
+        workers = _pick(args.workers, settings.workers)
+        if workers < 1:
+            raise ValueError(f"--workers {workers}: at least 1")
+        make_app = functools.partial(
+            create_app,
             store,
             decision_log=Path(decision_log) if decision_log else None,
             max_body_bytes=_pick(args.max_body_bytes, settings.max_body_bytes),
@@ -336,8 +359,8 @@ def _serve(
             cors_origins=[*args.cors_origin, *settings.cors_origins],
             body_timeout=_pick(args.body_timeout, settings.body_timeout),
         )
-        config = uvicorn_config(
-            app,
+        make_config = functools.partial(
+            uvicorn_config,
             head_timeout=_pick(args.head_timeout, settings.head_timeout),
             keep_alive_timeout=_pick(args.keep_alive_timeout, settings.keep_alive_timeout),
             max_connections=_pick(args.max_connections, settings.max_connections),
@@ -349,15 +372,32 @@ def _serve(
             # A request in flight at SIGTERM is answered within its own time bound.
             timeout_graceful_shutdown=int(build_timeout) + 5,
         )
-        # uvicorn handles SIGTERM and SIGINT itself (it stops accepting and finishes the
-        # requests in flight), then raises the signal again for the handler it found. For
-        # SIGTERM that would be the default, dying on the spot with the store open; this
-        # one lets the run return, so the store is closed and the exit is 0.
         # What is loaded by now (the catalog, the revision's plans, the app) lives as long
         # as the process: frozen, it is no longer walked by every full collection, which
         # shortens the pauses that make the tail of the build latency.
         gc.collect()
         gc.freeze()
+        if workers > 1:
+            from kilo_rules.tools.serving.sidecar.metrics import Metrics
+            from kilo_rules.tools.serving.sidecar.workers import WorkerPool
+
+            # Made once here, and dropped: an option the app refuses is one error, not
+            # one per worker forked.
+            make_app(metrics=Metrics())
+            pool = WorkerPool(
+                store,
+                sock,
+                workers,
+                lambda metrics, tell: make_app(metrics=metrics, on_model=tell),
+                make_config,
+                grace=int(build_timeout) + 5,
+            )
+            return pool.run()
+        config = make_config(make_app())
+        # uvicorn handles SIGTERM and SIGINT itself (it stops accepting and finishes the
+        # requests in flight), then raises the signal again for the handler it found. For
+        # SIGTERM that would be the default, dying on the spot with the store open; this
+        # one lets the run return, so the store is closed and the exit is 0.
         with _surviving_sigterm():
             try:
                 uvicorn.Server(config).run(sockets=[sock])

@@ -1828,6 +1828,15 @@ class PolicyStore:
                 reloaded = time.monotonic()
                 self._reload_logged()
 
+    @contextlib.contextmanager
+    def quiesced(self) -> Iterator[None]:
+        """Hold the store still for the ``with`` block: no reload runs and no revision is
+        swapped, held or released meanwhile. For forking a process that inherits the store
+        (``kilo-rules serve --workers``): the child's copies of the store's locks are then
+        held by the forking thread only, which releases them on leaving the block."""
+        with self._reloading, self._lock:
+            yield
+
     def close(self) -> None:
         """Stop the background thread and remove the store's revision directories (one a
         step still holds goes when the step ends). Plans already handed out keep working."""

@@ -38,6 +38,7 @@ from kilo_rules.engine.base.errors import (
     SessionError,
     StoreError,
 )
+from kilo_rules.engine.base.lru import LRUCache
 from kilo_rules.engine.formats.catalog import ModelInfo, bundled_catalog, model_from_data
 from kilo_rules.engine.formats.session import session_from_data
 from kilo_rules.engine.frontend.resolve import bundled_root
@@ -96,6 +97,8 @@ DEFAULT_BUILD_TIMEOUT = 30.0
 DEFAULT_MAX_CONCURRENT_BUILDS = 8
 #: Seconds the whole body may take to arrive.
 DEFAULT_BODY_TIMEOUT = 30.0
+#: Model ids an app remembers having reported (``on_model``); one pushed out is reported again.
+_MODELS_TOLD = 1024
 
 _JSON = "application/json"
 _API_VERSION = "1"
@@ -181,6 +184,11 @@ class _Sidecar:
     #: Who may call (None: the document-only app of :func:`openapi_document`).
     access: Access | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    #: Told the catalog id of each model this app builds for, once (a worker of
+    #: ``serve --workers`` tells its supervisor, whose store then checks every later
+    #: revision for it too).
+    on_model: Callable[[str], None] | None = None
+    _told: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(_MODELS_TOLD))
     cwd: str = field(default_factory=lambda: str(Path.cwd().resolve()))
     _slots: Slots | None = None
 
@@ -303,6 +311,8 @@ class _Sidecar:
             if refused:
                 first = refused[0]
                 raise ApiError(422, first.code, first.message, refused)
+            if self.on_model is not None and isinstance(model, str):
+                self._tell(model)
             return self._built(result, model_ref)
         except ApiError as exc:
             return _Outcome.failed(exc, model_ref)
@@ -311,6 +321,14 @@ class _Sidecar:
         except Exception:
             log.exception("build failed")
             return _Outcome.failed(ApiError(500, "internal", "internal error"), model_ref)
+
+    def _tell(self, model: str) -> None:
+        if self._told.get(model) is None and self.on_model is not None:
+            self._told.put(model, True)
+            try:
+                self.on_model(model)
+            except Exception:  # the build stands; the next revision is checked without it
+                log.warning("could not report model %s as in use", model, exc_info=True)
 
     def _built(self, result: StepResult, model: str) -> _Outcome:
         revision = result.revision or ""
@@ -725,6 +743,8 @@ def create_app(
     open_probes: bool = False,
     cors_origins: Sequence[str] = (),
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    metrics: Metrics | None = None,
+    on_model: Callable[[str], None] | None = None,
 ) -> FastAPI:
     """The sidecar over ``store``.
 
@@ -741,6 +761,10 @@ def create_app(
     [::1], any port; ``"*"``: any). ``open_probes``: /healthz, /readyz and /metrics answer
     without a token. ``cors_origins``: browser origins allowed to call (default: none).
     ``body_timeout``: seconds the whole body may take to arrive (408 past it).
+
+    ``metrics``: where the app counts (default: a registry of its own); given, swaps and
+    rejected revisions are the caller's to count, as ``serve --workers`` counts them in
+    its supervisor. ``on_model``: told the catalog id of each model built for, once.
 
     The app counts swaps and rejected revisions through ``store.add_listener``; starting
     and closing the store is left to the caller."""
@@ -771,11 +795,14 @@ def create_app(
         workspace_roots=tuple(Path(r).resolve() for r in workspace_roots),
         decision_log=DecisionLog(decision_log) if decision_log is not None else None,
         access=access,
+        metrics=metrics if metrics is not None else Metrics(),
+        on_model=on_model,
     )
-    # A revision refused while the store first loaded (before this app) counts too: a
-    # sidecar that started on a bad revision must not show none.
-    state.metrics.rejected.inc(store.stats().rejected)
-    store.add_listener(state.on_reload)
+    if metrics is None:
+        # A revision refused while the store first loaded (before this app) counts too: a
+        # sidecar that started on a bad revision must not show none.
+        state.metrics.rejected.inc(store.stats().rejected)
+        store.add_listener(state.on_reload)
     return _app(state)
 
 

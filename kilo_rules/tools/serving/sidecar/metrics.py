@@ -3,9 +3,17 @@
 Each app gets its own :class:`~prometheus_client.CollectorRegistry`, so that two apps in
 one process (tests, a host embedding the sidecar) never share or double-register
 counters, and ``/metrics`` shows this app's numbers only.
+
+Under ``kilo-rules serve --workers N`` the numbers are every worker's, summed: the
+process tree follows prometheus-client's multiprocess convention (:func:`share_values`:
+each process writes its values to files of its own in one directory, and ``/metrics``,
+whichever worker answers it, reads them all).
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -15,6 +23,8 @@ from prometheus_client import (
     Histogram,
     Info,
     generate_latest,
+    multiprocess,
+    values,
 )
 
 #: Build latency buckets, in seconds: a warm build of a small session takes about a
@@ -38,10 +48,31 @@ LATENCY_BUCKETS = (
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-class Metrics:
-    """The counters, histogram and info of one app."""
+#: Where :func:`share_values` keeps the values (prometheus-client's own variable).
+SHARED_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
-    def __init__(self) -> None:
+
+def share_values(directory: Path) -> None:
+    """From now on, every metric value this process and the processes it forks make is
+    kept in a file of ``directory`` (one a process and kind), for :class:`Metrics` made
+    with ``shared=directory`` to sum. A process-wide switch, as prometheus-client's
+    multiprocess mode is: made once, by the supervisor of ``kilo-rules serve --workers``,
+    never in a process that hosts other apps."""
+    os.environ[SHARED_DIR_VARIABLE] = str(directory)
+    values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+
+
+def process_gone(directory: Path, pid: int) -> None:
+    """Drop the live gauges of the process ``pid`` (it exited): its counters still count."""
+    multiprocess.mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
+
+
+class Metrics:
+    """The counters, histogram and info of one app (``shared``: of every process that
+    writes to that directory; see :func:`share_values`)."""
+
+    def __init__(self, shared: Path | None = None) -> None:
+        self.shared = shared
         self.registry = CollectorRegistry(auto_describe=True)
         self.builds = Counter(
             "kilo_rules_builds",
@@ -71,6 +102,8 @@ class Metrics:
             "Builds, checks and plans running on a worker thread, those already answered 504 "
             "included until they stop.",
             registry=self.registry,
+            # Summed over the workers alive (prometheus-client's multiprocess mode).
+            multiprocess_mode="livesum",
         )
         self.revision = Info(
             "kilo_rules_revision", "The policy revision served.", registry=self.registry
@@ -87,4 +120,11 @@ class Metrics:
 
     def render(self) -> bytes:
         """The exposition text of every metric."""
-        return generate_latest(self.registry)
+        if self.shared is None:
+            return generate_latest(self.registry)
+        # Read from every process's files now: a worker that has exited still counts.
+        summed = CollectorRegistry()
+        multiprocess.MultiProcessCollector(summed, path=str(self.shared))  # type: ignore[no-untyped-call]
+        # An Info has no multiprocess form: the revision is the answering worker's own.
+        summed.register(self.revision)
+        return generate_latest(summed)
