@@ -1,6 +1,7 @@
 """Text → :class:`Expr`: the lark boundary.
 
-The grammar (``grammar.lark``) is read once and compiled into two LALR parsers: one that
+The grammar (``grammar.lark``) is read once and made into two LALR parsers (from the
+tables built beforehand, :mod:`kilo_rules.engine.frontend.expr.tables`): one that
 builds our typed nodes directly while it parses (no intermediate tree, no recursion, so
 deep input cannot exhaust the Python stack), and one that builds lark's own tree, used by
 the reference interpreter. Every lark exception is translated here, once, into an
@@ -13,7 +14,6 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from lark import Lark, Token, Transformer, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -34,6 +34,7 @@ from kilo_rules.engine.frontend.expr.nodes import (
     Unary,
     text_locate,
 )
+from kilo_rules.engine.frontend.expr.tables import grammar_text, lalr_parser
 
 _COMPARISONS = (
     "==",
@@ -320,14 +321,12 @@ class _Builder(Transformer[Token, Node]):
 @cache
 def grammar() -> str:
     """The grammar source, read once from the package."""
-    return resources.files(__package__).joinpath("grammar.lark").read_text(encoding="utf-8")
+    return grammar_text()
 
 
 @cache
 def _node_parser() -> Lark:
-    return Lark(
-        grammar(), parser="lalr", lexer="basic", propagate_positions=True, transformer=_Builder()
-    )
+    return lalr_parser(grammar(), transformer=_Builder())
 
 
 #: How many syntax trees a tree cache keeps.
@@ -352,7 +351,7 @@ DEFAULT_TREES: LRUCache[str, Node] = tree_cache()
 @cache
 def tree_parser() -> Lark:
     """A parser that returns lark's own tree (used by the reference interpreter)."""
-    return Lark(grammar(), parser="lalr", lexer="basic", propagate_positions=True)
+    return lalr_parser(grammar())
 
 
 # --- errors ------------------------------------------------------------------------------
