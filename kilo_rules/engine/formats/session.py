@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kilo_rules.engine.base import safefs
 from kilo_rules.engine.base.cancel import checkpoint
 from kilo_rules.engine.base.errors import Diagnostic, Location, SessionError
+from kilo_rules.engine.base.lru import CacheStats, LRUCache
 from kilo_rules.engine.base.source import JsonPath, JsonText, json_problem, nearest
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -318,7 +321,17 @@ def session_from_json(text: str, file: str = "<session>") -> Session:
     UTF-16 surrogate (``"\\ud800"`` parses, but no output can encode it) and use each
     message id, part id and tool call id once, and spell no number it cannot hold (an
     integer longer than :data:`MAX_INT_DIGITS` digits, a decimal that overflows:
-    ``session.number``)."""
+    ``session.number``).
+
+    Messages parsed before (by content) are reused from :data:`DEFAULT_READER`, so a session
+    resent with one more message costs little more than reading that message; see
+    :class:`SessionReader`."""
+    return DEFAULT_READER.read(text, file)
+
+
+def _session_from_json_cold(text: str, file: str) -> Session:
+    # Every message parsed and validated afresh: the reference the reuse must agree with,
+    # and the one path that reports errors.
     try:
         data = parse_json(text)
     except json.JSONDecodeError as exc:
@@ -421,6 +434,198 @@ def first_duplicate_id(session: Session) -> tuple[JsonPath, str] | None:
                     )
                 calls[part.call_id] = here
     return None
+
+
+class _Known:
+    """A message met before: its exact JSON text (the content key), the validated message
+    and the ids it claims (for the session-wide uniqueness test)."""
+
+    __slots__ = ("calls", "message", "parts", "text")
+
+    def __init__(self, text: str, message: Message) -> None:
+        self.text = text
+        self.message = message
+        parts: list[str] = []
+        calls: list[str] = []
+        for part in message.parts:
+            parts.append(part.id)
+            if isinstance(part, ToolPart):
+                parts.extend(att.id for att in part.attachments)
+                calls.append(part.call_id)
+        self.parts = tuple(parts)
+        self.calls = tuple(calls)
+
+
+class _ReadColdError(Exception):
+    """The text is not the plain case the reader handles (or not valid): read it cold."""
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODE = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float).raw_decode
+
+
+def _skip_ws(text: str, at: int) -> int:
+    return _WS.match(text, at).end()  # type: ignore[union-attr]  # [...]* always matches
+
+
+class SessionReader:
+    """Reads Session v1 JSON, reusing the messages it validated before.
+
+    A caller that resends the whole session every step (the sidecar, a stateless service)
+    would otherwise parse and validate every message every step. The reader remembers each
+    message it accepted by its exact JSON text: where a new document holds the same text at
+    a message's place, the message is taken as it is, without parsing it again, and only
+    the messages not seen before are parsed and validated. What is read is always what a
+    reading from scratch would give (an equal session, and for bad input the same typed,
+    located errors: any problem sends the whole document down that path).
+
+    Messages are found by content, never by their ids: two different messages with one id
+    are two entries. Reused messages are the same objects in every session read; a
+    :class:`Message` is frozen, and like everything read from a session they must not be
+    changed in place (no code of kilo-rules does: the runtime returns mutations). Each
+    session gets its own ``messages`` list. A reader holds at most ``max_messages``
+    distinct message beginnings (the first :attr:`PREFIX` characters), each with up to
+    :attr:`VERSIONS` versions, the least recently used dropped first; it is thread-safe.
+    """
+
+    PREFIX = 128
+    """How many characters of a message's JSON find its entry; shorter messages are read
+    afresh every time (they cost next to nothing)."""
+
+    VERSIONS = 4
+    """How many messages that begin alike (versions of one message) are kept together."""
+
+    def __init__(self, max_messages: int = 2048) -> None:
+        self._known: LRUCache[str, tuple[_Known, ...]] = LRUCache(max_messages)
+
+    def read(self, text: str, file: str = "<session>") -> Session:
+        """The session in ``text``, as :func:`session_from_json` reads it."""
+        checkpoint()
+        try:
+            return self._read(text)
+        except _ReadColdError:
+            return _session_from_json_cold(text, file)
+
+    def stats(self) -> CacheStats:
+        """Lookups of message beginnings answered and missed, and entries held."""
+        return self._known.stats()
+
+    def clear(self) -> None:
+        """Forget every message read."""
+        self._known.clear()
+
+    def _read(self, text: str) -> Session:
+        # The outer object by hand (the one place the layout matters), so that each message's
+        # extent in the text is known; any value but the messages is decoded as json would.
+        at = _skip_ws(text, 0)
+        if text[at : at + 1] != "{":
+            raise _ReadColdError
+        at = _skip_ws(text, at + 1)
+        data: dict[str, Any] = {}
+        known: list[_Known] = []
+        if text[at : at + 1] == "}":
+            at += 1
+        else:
+            while True:
+                if text[at : at + 1] != '"':
+                    raise _ReadColdError
+                key, at = _scan(_DECODE, text, at)
+                at = _skip_ws(text, at)
+                if text[at : at + 1] != ":" or key in data:
+                    raise _ReadColdError  # a repeated key: json keeps the last; leave that to json
+                at = _skip_ws(text, at + 1)
+                if key == "messages" and text[at : at + 1] == "[":
+                    at = self._messages(text, at, known)
+                    data[key] = [k.message for k in known]
+                else:
+                    data[key], at = _scan(_DECODE, text, at)
+                at = _skip_ws(text, at)
+                sep = text[at : at + 1]
+                at = _skip_ws(text, at + 1)
+                if sep == "}":
+                    break
+                if sep != ",":
+                    raise _ReadColdError
+        if _skip_ws(text, at) != len(text):
+            raise _ReadColdError
+        rest = {k: v for k, v in data.items() if k != "messages" or not known}
+        if json_problem(rest, MAX_DEPTH) is not None or _repeats_an_id(known):
+            raise _ReadColdError
+        checkpoint()
+        try:
+            # Message objects are taken as they are (pydantic does not validate an instance
+            # of the model again); the rest of the document is validated as usual.
+            return Session.model_validate(data)
+        except ValidationError:
+            raise _ReadColdError from None
+
+    def _messages(self, text: str, at: int, out: list[_Known]) -> int:
+        """Read the array of messages at ``text[at] == "["`` into ``out``; where it ends."""
+        at = _skip_ws(text, at + 1)
+        if text[at : at + 1] == "]":
+            return at + 1
+        cache = self._known
+        prefix_len = self.PREFIX
+        while True:
+            prefix = text[at : at + prefix_len]
+            versions = cache.get(prefix) or ()
+            # A JSON object ends where its text says: a document that starts with a known
+            # message's whole text at this place holds exactly that message here.
+            hit = next((k for k in versions if text.startswith(k.text, at)), None)
+            if hit is None:
+                hit = self._learn(text, at, prefix, versions)
+            out.append(hit)
+            at = _skip_ws(text, at + len(hit.text))
+            sep = text[at : at + 1]
+            at = _skip_ws(text, at + 1)
+            if sep == "]":
+                return at
+            if sep != ",":
+                raise _ReadColdError
+
+    def _learn(self, text: str, at: int, prefix: str, versions: tuple[_Known, ...]) -> _Known:
+        checkpoint()
+        value, end = _scan(_DECODE, text, at)
+        own = text[at:end]
+        # A message sits two levels down (session, messages): the same depth limit applies.
+        if json_problem(value, MAX_DEPTH - 2, own) is not None:
+            raise _ReadColdError
+        try:
+            message = Message.model_validate(value)
+        except ValidationError:
+            raise _ReadColdError from None
+        known = _Known(own, message)
+        if len(own) >= self.PREFIX:
+            self._known.put(prefix, (known, *versions[: self.VERSIONS - 1]))
+        return known
+
+
+def _scan(decode: Callable[[str, int], tuple[Any, int]], text: str, at: int) -> tuple[Any, int]:
+    try:
+        return decode(text, at)
+    except (ValueError, _UnfitError, RecursionError):
+        # Bad JSON, a number that cannot be held, too deep: the cold read says where.
+        raise _ReadColdError from None
+
+
+def _repeats_an_id(known: list[_Known]) -> bool:
+    """Whether two of the messages share a message, part or tool call id (the cold read
+    then finds the first and says so)."""
+    messages = {k.message.id for k in known}
+    parts: set[str] = set()
+    calls: set[str] = set()
+    n_parts = n_calls = 0
+    for k in known:
+        parts.update(k.parts)
+        calls.update(k.calls)
+        n_parts += len(k.parts)
+        n_calls += len(k.calls)
+    return len(messages) != len(known) or len(parts) != n_parts or len(calls) != n_calls
+
+
+DEFAULT_READER = SessionReader()
+"""The reader :func:`session_from_json` uses. A caller that wants messages of its own (or
+a bound of its own) makes its own :class:`SessionReader`."""
 
 
 def _dotted(path: JsonPath) -> str:
