@@ -37,6 +37,7 @@ from kilo_rules.engine.formats.request import (
 )
 from kilo_rules.engine.runtime.measure import messages_json
 from kilo_rules.engine.summarizers.protocol import Summarizer, SummarizerError, SummaryRequest
+from kilo_rules.engine.text.tokens import count_joined
 from kilo_rules.engine.text.truncate import truncate_for_summary
 
 if TYPE_CHECKING:
@@ -88,11 +89,37 @@ def small_model(plan: Plan) -> SmallModel:
     return plan.chunk_model
 
 
+def message_jsons(messages: Sequence[ModelMessage]) -> list[str]:
+    """Each message's part of :func:`messages_json` (which joins them with commas inside
+    brackets)."""
+    return [messages_json([m])[1:-1] for m in messages]
+
+
+def list_count(jsons: Sequence[str], count: Count) -> int:
+    """``count(messages_json(messages))`` from the messages' own JSON (``jsons``): the
+    counter puts a list together from its members where it can (an estimate, cached
+    tiktoken: :func:`~kilo_rules.engine.text.tokens.count_joined`), so a message's JSON is
+    tokenized once however many lists hold it."""
+    parts = ["["]
+    for k, text in enumerate(jsons):
+        if k:
+            parts.append(",")
+        parts.append(text)
+    parts.append("]")
+    return count_joined(count, parts)
+
+
 def needed(
-    messages: Sequence[ModelMessage], model: SmallModel, factor: float, count: Count
+    messages: Sequence[ModelMessage],
+    model: SmallModel,
+    factor: float,
+    count: Count,
+    jsons: Sequence[str] | None = None,
 ) -> bool:
-    """Whether the head cannot be summarised in one request of ``model'``."""
-    tokens = math.ceil(count(messages_json(messages)) * factor)
+    """Whether the head cannot be summarised in one request of ``model'`` (``jsons``: the
+    messages' :func:`message_jsons`, when already made)."""
+    jsons = message_jsons(messages) if jsons is None else jsons
+    tokens = math.ceil(list_count(jsons, count) * factor)
     return tokens + model.output > model.usable
 
 
@@ -127,30 +154,38 @@ def _clip_part(part: Part, s: ChunkSettings) -> Part:
     return part
 
 
-def _units(messages: Sequence[ModelMessage]) -> list[list[ModelMessage]]:
-    """Messages grouped so that a tool call and its results never land in two chunks."""
-    units: list[list[ModelMessage]] = []
-    for m in messages:
-        if m.role == "tool" and units and units[-1][-1].role in ("assistant", "tool"):
-            units[-1].append(m)
+def _units(messages: Sequence[ModelMessage]) -> list[list[int]]:
+    """Indices of messages grouped so that a tool call and its results never land in two
+    chunks."""
+    units: list[list[int]] = []
+    for i, m in enumerate(messages):
+        if m.role == "tool" and units and messages[units[-1][-1]].role in ("assistant", "tool"):
+            units[-1].append(i)
         else:
-            units.append([m])
+            units.append([i])
     return units
 
 
 def split(
-    messages: Sequence[ModelMessage], budget: int, settings: ChunkSettings, count: Count
+    messages: Sequence[ModelMessage],
+    budget: int,
+    settings: ChunkSettings,
+    count: Count,
+    jsons: Sequence[str] | None = None,
 ) -> list[tuple[ModelMessage, ...]]:
     """Greedy chunks of at most ``budget`` tokens (a chunk's size is the sum of its units').
 
     A unit larger than the budget on its own becomes its own chunk, its texts clipped at
-    ``clip_text_chars`` and its tool inputs and outputs at ``clip_tool_chars``."""
+    ``clip_text_chars`` and its tool inputs and outputs at ``clip_tool_chars``.
+    ``jsons``: the messages' :func:`message_jsons`, when already made."""
+    jsons = message_jsons(messages) if jsons is None else jsons
     chunks: list[tuple[ModelMessage, ...]] = []
     current: list[ModelMessage] = []
     size = 0
-    for unit in _units(messages):
+    for indices in _units(messages):
         checkpoint()
-        tokens = count(messages_json(unit))
+        unit = [messages[i] for i in indices]
+        tokens = list_count([jsons[i] for i in indices], count)
         if tokens > budget:
             if current:
                 chunks.append(tuple(current))
@@ -215,12 +250,14 @@ def summarize_chunked(
     settings: ChunkSettings,
     model: SmallModel,
     count: Count,
+    jsons: Sequence[str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Summarise ``base.messages`` in chunks, then reduce. ``new_request`` is the same request
     with the new-summary instruction (chunks are independent of the previous summary; it is
-    folded in by the last merge)."""
+    folded in by the last merge). ``jsons``: the messages' :func:`message_jsons`, when
+    already made."""
     budget = chunk_budget(settings, model)
-    chunks = split(base.messages, budget, settings, count)
+    chunks = split(base.messages, budget, settings, count, jsons)
     one = replace(new_request, max_output_tokens=model.output, previous_summary=None)
     texts = _map(summarizer, [replace(one, messages=c) for c in chunks], settings.parallel)
     previous = base.previous_summary
@@ -256,8 +293,9 @@ def write_summary(
     if not settings.enabled:
         return summarizer.summarize(request), {"mode": "single"}
     model = small_model(plan)
+    jsons = message_jsons(request.messages)  # for the need test and the chunks alike
     how: dict[str, Any]
-    if needed(request.messages, model, settings.factor, count):
+    if needed(request.messages, model, settings.factor, count, jsons):
         how = {"mode": "chunked", "why": "head does not fit model'"}
     else:
         try:
@@ -274,6 +312,7 @@ def write_summary(
         settings=settings,
         model=model,
         count=count,
+        jsons=jsons,
     )
     return text, {**how, **info}
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from kilo_rules.engine.base.errors import Diagnostic, KiloRulesError, Location
@@ -26,6 +28,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "TokenizerUnavailableError",
+    "count_joined",
     "counter_for",
     "estimate",
     "utf16_len",
@@ -204,8 +207,63 @@ class TiktokenCounter:
         tokens = len(self._enc.encode_ordinary(text))
         return _apply_factor(tokens, self.factor)
 
+    @property
+    def joinable(self) -> bool:
+        """Whether the count of a concatenation may be put together from its parts' counts
+        and the text around the joins (:func:`count_joined`): true for an encoding whose
+        pre-tokenizer is one this module has the proof for, with factor 1."""
+        return self.factor == 1.0 and getattr(self._enc, "_pat_str", None) in JOINABLE_PATTERNS
+
     def __repr__(self) -> str:
         return f"TiktokenCounter(encoding={self.encoding!r}, factor={self.factor:g})"
+
+
+#: Pre-tokenizer patterns for which :func:`word_edges` is proven: cl100k_base as tiktoken
+#: >= 0.7 writes it (possessive quantifiers). Another encoding is counted whole.
+JOINABLE_PATTERNS = frozenset(
+    {
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"
+        r" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"
+    }
+)
+
+# A word boundary: an ASCII letter followed by an ASCII non-letter, or an ASCII digit
+# followed by an ASCII non-digit. ASCII only, so that no Unicode table (Python's and the
+# tokenizer's may differ in version) decides what a letter is.
+_NOT_LETTER, _NOT_DIGIT = r"[\x00-\x40\x5b-\x60\x7b-\x7f]", r"[\x00-\x2f\x3a-\x7f]"
+_FIRST_EDGE = re.compile(rf"[A-Za-z](?={_NOT_LETTER})|[0-9](?={_NOT_DIGIT})")
+# The same on the reversed text: the right character first, then the letter or digit.
+_LAST_EDGE = re.compile(rf"{_NOT_LETTER}(?=[A-Za-z])|{_NOT_DIGIT}(?=[0-9])")
+
+#: Parts shorter than this are never split at their edges: they join the text around them.
+_MIN_EDGED = 32
+
+
+def word_edges(text: str) -> tuple[int, int] | None:
+    r"""(first, last) word boundary of ``text`` (indices of the character right after an
+    ASCII letter or digit run, that character being ASCII and outside the run's class),
+    or None when it has none.
+
+    Why a concatenation may be counted at these boundaries, for the cl100k pattern
+    (:data:`JOINABLE_PATTERNS`): pre-tokens are matched left to right, each match
+    starting where the last ended, and BPE runs inside each pre-token. (1) No alternative
+    matches a letter followed by a non-letter (the letter runs and the contractions end
+    in letters; no other alternative takes letters), nor a digit followed by a non-digit
+    (only ``\p{N}{1,3}`` takes digits); so a boundary is the end of a pre-token in every
+    text containing it. (2) A match attempt starting before a boundary ``b`` looks at no
+    character after ``b``: every alternative reads a run of one class (with at most one
+    optional leading character) and stops at the first character outside it, which is at
+    or before ``b``; ``\s++$`` and ``(?!\S)`` only look past whitespace, and ``b - 1`` is
+    a letter or digit. (3) The match at a boundary depends only on the text after it
+    (the pattern has no lookbehind). Hence the pre-tokens between two boundaries, or
+    between the text's start or end and a boundary, are those of that stretch counted
+    alone, wherever it stands — and a count is the sum over such stretches."""
+    first = _FIRST_EDGE.search(text)
+    if first is None:
+        return None
+    last = _LAST_EDGE.search(text[::-1])
+    assert last is not None  # the first boundary is one
+    return first.end(), len(text) - 1 - last.start()
 
 
 def counter_for(
@@ -248,6 +306,9 @@ class CountCache:
         self.counter = counter
         self.maxsize = maxsize
         self._cache: LRUCache[tuple[str, bytes], int] = LRUCache(maxsize)
+        # (first boundary, last boundary, tokens between) of long parts, for count_joined;
+        # (0, 0, -1) for a part without a boundary.
+        self._edges: LRUCache[tuple[str, bytes], tuple[int, int, int]] = LRUCache(maxsize)
 
     @property
     def name(self) -> str:
@@ -268,6 +329,48 @@ class CountCache:
             self._cache.put(key, tokens)
         return tokens
 
+    def count_joined(self, parts: Sequence[str]) -> int:
+        """Tokens in ``"".join(parts)``, without counting the joined text when the counter
+        allows (an estimate; tiktoken with a :attr:`~TiktokenCounter.joinable` encoding).
+
+        For tiktoken each long part is counted once, with the counts of its head (up to
+        its first word boundary) and tail (from its last one); a join then costs the count
+        of the short text between the last boundary of one part and the first of the
+        next. The result equals ``count("".join(parts))`` (proof: :func:`word_edges`)."""
+        counter = self.counter
+        if isinstance(counter, EstimateCounter):
+            return counter.count_length(sum(utf16_len(p) for p in parts))
+        if not (isinstance(counter, TiktokenCounter) and counter.joinable):
+            return self.count("".join(parts))
+        raw = counter.count
+        total = 0
+        pending: list[str] = []  # text since the last boundary, not counted yet
+        for part in parts:
+            edges = self._edges_of(part, raw) if len(part) >= _MIN_EDGED else None
+            if edges is None:
+                pending.append(part)
+                continue
+            first, last, inner = edges
+            pending.append(part[:first])
+            total += raw("".join(pending)) + inner
+            pending = [part[last:]]
+        return total + raw("".join(pending))
+
+    def _edges_of(self, part: str, raw: Callable[[str], int]) -> tuple[int, int, int] | None:
+        """(first boundary, last boundary, tokens between them) of ``part``, cached."""
+        key = (self.counter.name, self._digest(part))
+        found = self._edges.get(key)
+        if found is None:
+            edges = word_edges(part)
+            if edges is None:
+                found = (0, 0, -1)
+            else:
+                first, last = edges
+                inner = raw(part) - raw(part[:first]) - raw(part[last:])
+                found = (first, last, inner)
+            self._edges.put(key, found)
+        return None if found[2] < 0 else found
+
     def stats(self) -> CacheStats:
         """Hits, misses and current size."""
         return self._cache.stats()
@@ -275,6 +378,19 @@ class CountCache:
     def clear(self) -> None:
         """Forget every count and reset the statistics."""
         self._cache.clear()
+        self._edges.clear()
 
     def __len__(self) -> int:
         return len(self._cache)
+
+
+def count_joined(count: Callable[[str], int], parts: Sequence[str]) -> int:
+    """``count("".join(parts))``, put together from the parts when ``count`` is the
+    ``count`` method of a counter that allows it (an estimate, a :class:`CountCache`:
+    see :meth:`CountCache.count_joined`); any other callable counts the joined text."""
+    owner = getattr(count, "__self__", None)
+    if isinstance(owner, CountCache):
+        return owner.count_joined(parts)
+    if isinstance(owner, EstimateCounter):
+        return owner.count_length(sum(utf16_len(p) for p in parts))
+    return count("".join(parts))
