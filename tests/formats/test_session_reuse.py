@@ -155,6 +155,9 @@ def test_an_id_repeated_across_reused_messages_is_refused_as_before() -> None:
         _doc([_message(0)], extra=1),
         _doc([_message(0)], metadata={"n": 1e999}),
         _doc([_message(0)]).replace(LONG, LONG + "\\ud800"),
+        _doc([_message(0)]).replace(LONG, LONG + "\\uDC00x"),
+        _doc([_message(0)]).replace(LONG, LONG + "\ud800"),  # the character itself
+        _doc([_message(0)]).replace(LONG, LONG + "\\ud55c \\ud83d\\ude00"),  # no lone one
         _doc([_message(0)]).replace(LONG, "[" * 200),
         _doc([json.loads("[" * 120 + "]" * 120)]),
         _doc([{**_message(0), "created": int("9" * 1200)}]),
@@ -167,6 +170,16 @@ def test_odd_and_bad_documents_read_as_from_scratch(text: str) -> None:
     reader = SessionReader()
     reader.read(_doc([_message(0), _message(1)]))  # m0 is known
     assert _outcome(reader.read, text) == _outcome(_cold, text) == _fresh_cold(text)
+
+
+def test_lone_surrogates_are_refused_and_pairs_kept() -> None:
+    for lone in ("\\ud800", "\\uDFFF", "\udc00"):
+        text = _doc([_message(0)]).replace(LONG, LONG + lone)
+        with pytest.raises(SessionError) as err:
+            SessionReader().read(text)
+        assert err.value.diagnostic.code == "session.surrogate"
+    text = _doc([_message(0)]).replace(LONG, LONG + "\\ud83d\\ude00\\ud55c")
+    assert SessionReader().read(text).messages[0].parts[0].text.endswith("\U0001f600\ud55c")  # type: ignore[union-attr]
 
 
 def test_a_repeated_messages_key_keeps_the_last_as_json_does() -> None:
