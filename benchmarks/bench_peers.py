@@ -45,8 +45,9 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 # LiteLLM fetches its model map from the network at import unless told otherwise.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -70,6 +71,7 @@ from kilo_rules.engine.runtime.facade import Runtime
 from kilo_rules.engine.text.tokens import TiktokenCounter
 from kilo_rules.tools.simulation.simulate import without_recorded_compactions
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 TRAJECTORIES = ROOT.parent / "shared/data/trajectories"
 WINDOWS = (16_000, 32_000, 64_000, 100_000)
@@ -332,7 +334,7 @@ def sampled(n: int, k: int) -> list[int]:
     return sorted({round(j * (n - 1) / (k - 1)) for j in range(k)})
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
     """(seconds, result) of one call, after a collection so that no leftover garbage of
     another step is charged to it."""
     gc.collect()
@@ -377,7 +379,7 @@ class WindowReport:
     window: int
     session: str
     steps: int  # assistant messages replayed by kilo-rules
-    sampled: int  # of which measured for all three
+    sampled: int  # of which measured (kilo-rules: those before it stopped, if it did)
     kilo: Tally = field(default_factory=Tally)
     litellm: Tally = field(default_factory=Tally)
     langchain: Tally = field(default_factory=Tally)
@@ -429,7 +431,8 @@ def run_window(
     lc_chat = to_langchain(chat)
     # The peers trim messages only: the tool definitions the request also carries come
     # out of their budget first.
-    peer_budget = budget - measure.tools(prepared.tool_definitions())
+    tools = measure.tools(prepared.tool_definitions())
+    peer_budget = budget - tools
     picked = {prepared.assistants[j] for j in sampled(len(prepared.assistants), steps)}
     report = WindowReport(window, prepared.name, 0, len(picked))
 
@@ -440,7 +443,7 @@ def run_window(
             live = live.model_copy(update={"messages": [*live.messages, msg]})
             continue
         try:
-            seconds, result = timed(lambda live=live: runtime.step(live))
+            seconds, result = timed(partial(runtime.step, live))
         except KiloRulesError as exc:  # a policy that cannot go on is a finding, not a crash
             report.error = f"{prepared.name}: kilo-rules stopped at message {i}: {exc}"
             break
@@ -458,19 +461,20 @@ def run_window(
         answered = msg.model_copy(update={"tokens": usage})
         live = result.session.model_copy(update={"messages": [*result.session.messages, answered]})
 
-    tools = measure.tools(prepared.tool_definitions())
     for i in sorted(picked):
         history = chat[: 1 + prepared.starts[i]]
         seconds, trimmed = timed(
-            lambda h=history: litellm_trim(h, model=LITELLM_MODEL, max_tokens=peer_budget)
+            partial(litellm_trim, history, model=LITELLM_MODEL, max_tokens=peer_budget)
         )
         report.litellm.add(
             seconds, measure.openai(trimmed) + tools, budget, orphans_openai(trimmed)
         )
         lc_history = lc_chat[: 1 + prepared.starts[i]]
-        seconds, kept = timed(
-            lambda h=lc_history: lc_trim(
-                h,
+        # partial() picks the overload without messages, which returns a Runnable.
+        seconds, out = timed(
+            partial(
+                lc_trim,
+                lc_history,
                 max_tokens=peer_budget,
                 token_counter=measure.langchain,
                 strategy="last",
@@ -479,6 +483,7 @@ def run_window(
                 allow_partial=False,
             )
         )
+        kept = cast("list[Any]", out)
         report.langchain.add(
             seconds, measure.langchain(kept) + tools, budget, orphans_langchain(kept)
         )
@@ -520,7 +525,7 @@ def largest_sessions(n: int) -> list[Path]:
 
 
 HEADER = (
-    f"{'window':>7} {'session':<44} {'steps':>5} {'kilo ms':>8} {'litellm ms':>10} "
+    f"{'window':>7} {'session':<44} {'steps':>7} {'kilo ms':>8} {'litellm ms':>10} "
     f"{'x':>6} {'langchain ms':>12} {'x':>6}  over k/li/lc  orphans k/li/lc  compactions"
 )
 
@@ -528,7 +533,8 @@ HEADER = (
 def row(r: WindowReport) -> str:
     """One line of the table."""
     return (
-        f"{r.window:>7} {r.session[:44]:<44} {r.sampled:>5} {r.kilo.median_ms:>8.2f} "
+        f"{r.window:>7} {r.session[:44]:<44} {f'{len(r.kilo.times)}/{r.sampled}':>7} "
+        f"{r.kilo.median_ms:>8.2f} "
         f"{r.litellm.median_ms:>10.2f} {r.ratio(r.litellm):>5.1f}x "
         f"{r.langchain.median_ms:>12.2f} {r.ratio(r.langchain):>5.1f}x  "
         f"{r.kilo.over:>4}/{r.litellm.over}/{r.langchain.over}"
@@ -561,6 +567,9 @@ def main(argv: Sequence[str]) -> int:
     except ImportError as exc:
         print(f"bench_peers needs the bench extra (pip install -e '.[bench]'): {exc}")
         return 2
+    policy = args.policy
+    if "/" in policy or policy.endswith((".yaml", ".yml")):  # a file: the bench policy
+        policy = str(Path(policy).resolve())  # lives in a temporary folder
     paths = args.sessions or largest_sessions(args.count)
     windows = [int(w) for w in args.windows.split(",")]
     sessions = [Prepared.load(p) for p in paths]
@@ -570,7 +579,7 @@ def main(argv: Sequence[str]) -> int:
             f"{len(s.assistants)} steps, {min(args.steps, len(s.assistants))} measured"
         )
     print(
-        f"kilo-rules: {args.policy}, counter {args.counter}; peers: LiteLLM "
+        f"kilo-rules: {policy}, counter {args.counter}; peers: LiteLLM "
         f"trim_messages(model={LITELLM_MODEL!r}), LangChain trim_messages(strategy='last', "
         "tiktoken cl100k_base); output cap "
         "min(8192, window/4); ratio = peer median / kilo-rules median (target >= 10x)"
@@ -581,7 +590,7 @@ def main(argv: Sequence[str]) -> int:
         windows,
         steps=args.steps,
         counter=args.counter,
-        policy=args.policy,
+        policy=policy,
         progress=lambda r: print(row(r), flush=True),
     )
     print("-" * len(HEADER))
