@@ -66,12 +66,37 @@ def newest_summary(messages: Sequence[Message]) -> int | None:
     return None
 
 
+def _last_index(messages: Sequence[Message], mid: str | None) -> int | None:
+    """The index of the last message with id ``mid`` (as an id -> index map built over
+    all of ``messages`` gives it), searched from the end."""
+    for k in range(len(messages) - 1, -1, -1):
+        if messages[k].id == mid:
+            return k
+    return None
+
+
+def last_completed_compaction(messages: Sequence[Message]) -> tuple[int, int] | None:
+    """The newest pair of :func:`completed_compactions`, found from the end: a step after
+    a compaction looks at what follows it (and the pair), not at the history before."""
+    for j in range(len(messages) - 1, -1, -1):
+        m = messages[j]
+        if is_completed_summary(m) and m.parent_id is not None:
+            i = _last_index(messages, m.parent_id)
+            if i is not None and compaction_part(messages[i]) is not None:
+                return i, j
+    return None
+
+
 def project(messages: Sequence[Message]) -> list[Message]:
     """The messages the model sees: Kilo's ``filterCompacted`` then
-    ``trimBeforeLastSummary``. Without a completed summary, everything."""
-    pairs = completed_compactions(messages)
-    if pairs:
-        parent_i, summary_i = pairs[-1]
+    ``trimBeforeLastSummary``. Without a completed summary, everything.
+
+    After a compaction only the messages from its tail on are read (the newest pair is
+    found from the end, the tail's first message from the compaction backwards), so a
+    step costs what followed the compaction, however long the history before it."""
+    pair = last_completed_compaction(messages)
+    if pair is not None:
+        parent_i, summary_i = pair
         part = compaction_part(messages[parent_i])
         start = parent_i
         if part is not None and part.tail_start_id is not None:
@@ -79,8 +104,11 @@ def project(messages: Sequence[Message]) -> list[Message]:
                 if messages[k].id == part.tail_start_id:
                     start = k
                     break
-        tail = list(messages[start:parent_i])
-        later = [m for k, m in enumerate(messages) if k > parent_i and k != summary_i]
+        tail = messages[start:parent_i]
+        if summary_i > parent_i:
+            later = [*messages[parent_i + 1 : summary_i], *messages[summary_i + 1 :]]
+        else:  # a summary recorded before its request: everything after the request
+            later = list(messages[parent_i + 1 :])
         view = [messages[parent_i], messages[summary_i], *tail, *later]
     else:
         view = list(messages)
