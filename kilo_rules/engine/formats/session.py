@@ -464,10 +464,6 @@ _WS = re.compile(r"[ \t\n\r]*")
 _DECODE = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float).raw_decode
 
 
-def _skip_ws(text: str, at: int) -> int:
-    return _WS.match(text, at).end()  # type: ignore[union-attr]  # [...]* always matches
-
-
 class SessionReader:
     """Reads Session v1 JSON, reusing the messages it validated before.
 
@@ -517,39 +513,46 @@ class SessionReader:
     def _read(self, text: str) -> Session:
         # The outer object by hand (the one place the layout matters), so that each message's
         # extent in the text is known; any value but the messages is decoded as json would.
-        at = _skip_ws(text, 0)
+        ws = _WS.match
+        at = ws(text, 0).end()  # type: ignore[union-attr]  # [...]* always matches
         if text[at : at + 1] != "{":
             raise _ReadColdError
-        at = _skip_ws(text, at + 1)
+        at = ws(text, at + 1).end()  # type: ignore[union-attr]
         data: dict[str, Any] = {}
-        known: list[_Known] = []
+        known: list[_Known] | None = None
+        others: list[str] = []  # the text of every member but the messages
         if text[at : at + 1] == "}":
-            at += 1
+            at = ws(text, at + 1).end()  # type: ignore[union-attr]
         else:
             while True:
                 if text[at : at + 1] != '"':
                     raise _ReadColdError
+                start = at
                 key, at = _scan(_DECODE, text, at)
-                at = _skip_ws(text, at)
+                at = ws(text, at).end()  # type: ignore[union-attr]
                 if text[at : at + 1] != ":" or key in data:
                     raise _ReadColdError  # a repeated key: json keeps the last; leave that to json
-                at = _skip_ws(text, at + 1)
+                at = ws(text, at + 1).end()  # type: ignore[union-attr]
                 if key == "messages" and text[at : at + 1] == "[":
+                    known = []
                     at = self._messages(text, at, known)
                     data[key] = [k.message for k in known]
                 else:
                     data[key], at = _scan(_DECODE, text, at)
-                at = _skip_ws(text, at)
+                    others.append(text[start:at])
+                at = ws(text, at).end()  # type: ignore[union-attr]
                 sep = text[at : at + 1]
-                at = _skip_ws(text, at + 1)
+                at = ws(text, at + 1).end()  # type: ignore[union-attr]
                 if sep == "}":
                     break
                 if sep != ",":
                     raise _ReadColdError
-        if _skip_ws(text, at) != len(text):
+        if at != len(text):
             raise _ReadColdError
-        rest = {k: v for k, v in data.items() if k != "messages" or not known}
-        if json_problem(rest, MAX_DEPTH) is not None or _repeats_an_id(known):
+        rest = {k: v for k, v in data.items() if k != "messages" or known is None}
+        if json_problem(rest, MAX_DEPTH, "\n".join(others)) is not None or (
+            known is not None and _repeats_an_id(known)
+        ):
             raise _ReadColdError
         checkpoint()
         try:
@@ -561,23 +564,26 @@ class SessionReader:
 
     def _messages(self, text: str, at: int, out: list[_Known]) -> int:
         """Read the array of messages at ``text[at] == "["`` into ``out``; where it ends."""
-        at = _skip_ws(text, at + 1)
+        ws = _WS.match
+        at = ws(text, at + 1).end()  # type: ignore[union-attr]
         if text[at : at + 1] == "]":
             return at + 1
-        cache = self._known
+        lookup = self._known.get
         prefix_len = self.PREFIX
         while True:
             prefix = text[at : at + prefix_len]
-            versions = cache.get(prefix) or ()
-            # A JSON object ends where its text says: a document that starts with a known
-            # message's whole text at this place holds exactly that message here.
-            hit = next((k for k in versions if text.startswith(k.text, at)), None)
-            if hit is None:
+            versions = lookup(prefix) or ()
+            for hit in versions:
+                # A JSON object ends where its text says: a document that holds a known
+                # message's whole text at this place holds exactly that message here.
+                if text.startswith(hit.text, at):
+                    break
+            else:
                 hit = self._learn(text, at, prefix, versions)
             out.append(hit)
-            at = _skip_ws(text, at + len(hit.text))
+            at = ws(text, at + len(hit.text)).end()  # type: ignore[union-attr]
             sep = text[at : at + 1]
-            at = _skip_ws(text, at + 1)
+            at = ws(text, at + 1).end()  # type: ignore[union-attr]
             if sep == "]":
                 return at
             if sep != ",":
