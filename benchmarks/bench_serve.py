@@ -1,6 +1,7 @@
 """Latency of a build through the sidecar against the same build in process.
 
-Run with ``python benchmarks/bench_serve.py [session.jsonl] [--builds N]``. The session
+Run with ``python benchmarks/bench_serve.py [session.jsonl] [--builds N] [--part latency|load]``
+(both parts by default). The session
 defaults to the largest Claude Code trajectory in ``../shared/data/trajectories`` (or the
 small example in ``examples/sessions``), taken as ``bench_runtime.py`` takes it: its
 recorded compaction left out, the step built the one before the last assistant message.
@@ -13,6 +14,14 @@ yardstick, measured in the same run, is what the sidecar saves a client from doi
 ratios of the two latencies' p50 and p99 are what hold across machines; the difference is
 the sidecar's cost: HTTP both ways (the client's included), the response encoded, the hand-off
 to a worker thread. The sidecar's own part is read from its ``Server-Timing`` header.
+
+The load part (issue 30) runs the sidecar with ``--workers 1`` and ``--workers 2`` and
+posts the same body from 1, 2 and 8 clients at once (threads of this process, each on a
+keep-alive connection of its own, as many agents each hold one), N builds in all per
+point: the throughput (builds answered a second) and the p50 and p99 of a build's latency
+as a client sees it. The yardsticks, from the same run, are the same server with one
+client (targets at 8 clients: throughput >= 1.5x, p50 <= 4x) and the same builds on 8
+threads of one process (what the sidecar of one process could at best do with 8 clients).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,12 +83,12 @@ def free_port() -> int:
         return port
 
 
-def start_sidecar(policies: Path, port: int) -> subprocess.Popen[bytes]:
-    """``kilo-rules serve`` on 127.0.0.1:``port``, ready to answer."""
+def start_sidecar(policies: Path, port: int, workers: int = 1) -> subprocess.Popen[bytes]:
+    """``kilo-rules serve --workers N`` on 127.0.0.1:``port``, ready to answer."""
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "kilo_rules", "serve", "--dir", str(policies)),
-            *("--port", str(port), "--log-level", "warning"),
+            *("--port", str(port), "--log-level", "warning", "--workers", str(workers)),
             # A benchmark on loopback: no token to read back before timing.
             "--no-auth",
         ],
@@ -98,14 +108,95 @@ def start_sidecar(policies: Path, port: int) -> subprocess.Popen[bytes]:
     raise SystemExit("the sidecar did not get ready")
 
 
+def concurrently(
+    fn: Callable[[int], object], clients: int, builds: int
+) -> tuple[float, list[float]]:
+    """(wall seconds, each call's seconds) of ``builds`` calls of ``fn`` from ``clients``
+    threads at once (``fn`` is given the thread's number), started together."""
+    each = [builds // clients + (i < builds % clients) for i in range(clients)]
+    times: list[list[float]] = [[] for _ in range(clients)]
+    gate = threading.Barrier(clients + 1)
+
+    def client(i: int) -> None:
+        gate.wait()
+        for _ in range(each[i]):
+            start = time.perf_counter()
+            fn(i)
+            times[i].append(time.perf_counter() - start)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    gate.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start, [t for ts in times for t in ts]
+
+
+def load(policies: Path, body: bytes, builds: int, in_process: Callable[[], object]) -> None:
+    """Throughput and latency with 1, 2 and 8 clients, ``--workers`` 1 and 2."""
+    wall, _ = concurrently(lambda i: in_process(), 8, builds)
+    local = builds / wall
+    print(f"\nload: {builds} builds a point; in process on 8 threads: {local:6.1f} builds/s")
+    print(f"{'workers':>7} {'clients':>7} {'builds/s':>9} {'p50':>9} {'p99':>9} {'pids':>5}")
+    headers = {"content-type": "application/json"}
+    verdicts = []
+    for workers in (1, 2):
+        port = free_port()
+        proc = start_sidecar(policies, port, workers)
+        try:
+            base: tuple[float, float] | None = None
+            for clients in (1, 2, 8):
+                pids: set[str] = set()
+                https = [
+                    httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
+                    for _ in range(clients)
+                ]
+
+                def post(i: int, https: list[httpx.Client] = https, pids: set[str] = pids) -> None:
+                    r = https[i].post("/v1/build", content=body, headers=headers)
+                    r.raise_for_status()
+                    pids.add(r.headers.get("kilo-rules-worker", "-"))
+                    r.read()
+
+                try:
+                    concurrently(post, clients, 2 * clients)  # each worker's caches warm
+                    wall, times = concurrently(post, clients, builds)
+                finally:
+                    for h in https:
+                        h.close()
+                rate, p50 = builds / wall, percentile(times, 0.5)
+                print(
+                    f"{workers:>7} {clients:>7} {rate:9.1f} {p50 * 1e3:6.1f} ms "
+                    f"{percentile(times, 0.99) * 1e3:6.1f} ms {len(pids - {'-'}) or 1:>5}"
+                )
+                if base is None:
+                    base = (rate, p50)
+                elif clients == 8:
+                    verdicts.append((workers, rate / base[0], p50 / base[1], rate / local))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+    for workers, speedup, slower, vs_local in verdicts:
+        print(
+            f"workers={workers}, 8 clients vs 1: throughput {speedup:4.2f}x (target >= 1.5x), "
+            f"p50 {slower:4.2f}x (target <= 4x); vs in process on 8 threads {vs_local:4.2f}x"
+        )
+    print(f"cpus: {os.cpu_count()}")
+
+
 def main(argv: list[str]) -> None:
     """Print the latencies and their ratios."""
     builds = 100
+    part = "all"
     args = []
     it = iter(argv)
     for a in it:
         if a == "--builds":
             builds = int(next(it))
+        elif a == "--part":
+            part = next(it)
         elif not a.startswith("--"):
             args.append(a)
     path = Path(args[0]) if args else (LARGEST if LARGEST.exists() else FALLBACK)
@@ -135,8 +226,13 @@ def main(argv: list[str]) -> None:
                 data = json.loads(body)
                 return apply_plan(plan, session_from_data(data["session"]), here)
 
+            if part == "load":
+                load(policies, body, builds, in_process)
+                return
             local = timed(in_process, builds)
             expected = apply_plan(plan, session_from_data(json.loads(body)["session"]), here)
+            if part == "all":
+                load(policies, body, builds, in_process)
 
         port = free_port()
         proc = start_sidecar(policies, port)
