@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -37,10 +38,10 @@ def _engine_bodies_are_acceptable(
 ) -> None:
     """Every body the engine builds in any test keeps the providers' acceptance rules.
 
-    The runtime's render stage looks ``kilo_rules.engine.providers.render`` up when it runs, so
-    wrapping it here checks each body a step renders with ``check_body`` (for the model it
-    was built for); tests that call a renderer directly, with hand-made requests, hold the
-    unwrapped function. A test that builds a refused body on purpose says so with
+    The runtime's render stage looks ``kilo_rules.engine.providers.render_json`` up when it
+    runs, so wrapping it here checks each body a step renders with ``check_body`` (for the
+    model it was built for); tests that call a renderer directly, with hand-made requests,
+    hold the unwrapped function. A test that builds a refused body on purpose says so with
     ``@pytest.mark.unchecked_bodies``. The window rule is left to the tests that replay
     sessions: a single apply may build an over-window request that the runtime then
     compacts. A test that runs ``check_body`` itself on every body the engine builds in it,
@@ -53,15 +54,15 @@ def _engine_bodies_are_acceptable(
     import kilo_rules.engine.providers as providers
     from kilo_rules.engine.providers.acceptance import BodyContext, check_body
 
-    render = providers.render
+    render_json = providers.render_json
 
-    def checked(model_request: Any, api: str) -> Any:
-        body = render(model_request, api)
-        problems = check_body(body, api, BodyContext(model_request.model))
+    def checked(model_request: Any, api: str, fragments: Any = None) -> str:
+        text = render_json(model_request, api, fragments)
+        problems = check_body(json.loads(text), api, BodyContext(model_request.model))
         assert not problems, "\n".join(str(p) for p in problems)
-        return body
+        return text
 
-    monkeypatch.setattr(providers, "render", checked)
+    monkeypatch.setattr(providers, "render_json", checked)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -297,7 +297,7 @@ def _check(
         report.violations["wire-schema"].append(f"{where}: {first}")
 
 
-def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, Any], str, str]]:
+def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
     """Every body rendered from now on, as (body, wire API, model), in order.
 
     The test takes the conftest's check of every body over: a body a step returns gets
@@ -306,28 +306,28 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, Any], st
     sending) gets the conftest's check, so no body goes unchecked and none twice."""
     import kilo_rules.engine.providers as providers
 
-    render = providers.render
-    built: list[tuple[dict[str, Any], str, str]] = []
+    render_json = providers.render_json
+    built: list[tuple[str, str, str]] = []
 
-    def recorded(model_request: Any, api: str) -> Any:
-        body = render(model_request, api)
-        built.append((body, api, model_request.model))
-        return body
+    def recorded(model_request: Any, api: str, fragments: Any = None) -> str:
+        text = render_json(model_request, api, fragments)
+        built.append((text, api, model_request.model))
+        return text
 
-    monkeypatch.setattr(providers, "render", recorded)
+    monkeypatch.setattr(providers, "render_json", recorded)
     return built
 
 
 def _check_dropped(
-    report: Report, where: str, built: list[tuple[dict[str, Any], str, str]], sent: Sent | Failed
+    report: Report, where: str, built: list[tuple[str, str, str]], sent: Sent | Failed
 ) -> None:
     """The conftest's check on the bodies built since the last step but not returned."""
-    returned = sent.result.request if isinstance(sent, Sent) else None
-    for body, api, model_id in built:
-        if body is returned:
+    returned = sent.result.wire if isinstance(sent, Sent) else None
+    for text, api, model_id in built:
+        if text is returned:
             continue
         report.dropped += 1
-        for v in check_body(body, api, BodyContext(model_id)):
+        for v in check_body(json.loads(text), api, BodyContext(model_id)):
             report.violations[v.rule].append(f"{where} (a dropped body) {v.path}: {v.message}")
     built.clear()
 
@@ -366,19 +366,21 @@ def test_replayed_sessions_send_only_acceptable_bodies(
 
 def test_a_dropped_body_is_checked_and_a_returned_one_left_to_check() -> None:
     # A tool result with no call before it breaks result-has-call on every API.
-    bad = {
-        "model": "claude-sonnet-4-5",
-        "max_tokens": 10,
-        "messages": [
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
-        ],
-    }
+    bad = json.dumps(
+        {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 10,
+            "messages": [
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+            ],
+        }
+    )
     report = Report()
     _check_dropped(
         report, "s step 1", [(bad, "anthropic", "claude-sonnet-4-5")], Failed(1, "m", "x")
     )
     assert report.dropped == 1 and "result-has-call" in report.violations
-    returned = Sent(1, "m", cast(StepResult, SimpleNamespace(request=bad)), 0)
+    returned = Sent(1, "m", cast(StepResult, SimpleNamespace(wire=bad)), 0)
     again, built = Report(), [(bad, "anthropic", "claude-sonnet-4-5")]
     _check_dropped(again, "s step 1", built, returned)
     assert again.dropped == 0 and not again.violations and built == []

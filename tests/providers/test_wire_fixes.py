@@ -296,6 +296,7 @@ def test_the_suite_checks_every_body_the_engine_builds(monkeypatch: pytest.Monke
     # tests/conftest.py wraps Plan.apply; with the blank-text rule undone, a Claude Code
     # style turn ("\n\n" text before a tool call) must be refused by that wrapper.
     import kilo_rules.engine.providers.anthropic as anthropic
+    from kilo_rules.engine.compiler import compile as compile_module
     from kilo_rules.engine.compiler.compile import compile_policy
     from kilo_rules.engine.runtime.context import StepInput
     from tests.runtime.helpers import assistant, session, text, tool, user
@@ -308,5 +309,8 @@ def test_the_suite_checks_every_body_the_engine_builds(monkeypatch: pytest.Monke
     plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
     apply_plan(plan, log, StepInput())  # passes the wrapper as it is
     monkeypatch.setattr(anthropic, "is_blank_text", lambda part: False)
+    # A plan of its own: the first one keeps the turns it rendered before the patch.
+    compile_module.clear_cache()
+    plan = compile_policy("kilo-default", "anthropic/claude-sonnet-4-5")
     with pytest.raises(AssertionError, match="text-not-blank"):
         apply_plan(plan, log, StepInput())

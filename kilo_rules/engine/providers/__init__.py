@@ -38,6 +38,7 @@ from typing import Any
 from kilo_rules.engine.formats import wireapi
 from kilo_rules.engine.formats.catalog import WIRE_BREAKPOINTS, signature_issuer
 from kilo_rules.engine.formats.request import Approval, ModelRequest
+from kilo_rules.engine.providers._shared import Fragments, dumps
 from kilo_rules.engine.providers.registry import Renderer, WireApiSpec, register, spec, unregister
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "endpoint",
     "register",
     "render",
+    "render_json",
     "signature_issuer",
     "unregister",
 ]
@@ -81,6 +83,19 @@ def render(request: ModelRequest, api: str) -> dict[str, Any]:
     :class:`~kilo_rules.engine.base.errors.CatalogError` for an unknown ``api``.
     """
     return _check(api).render(_without_approvals(request))
+
+
+def render_json(request: ModelRequest, api: str, fragments: Fragments | None = None) -> str:
+    """The body of ``render(request, api)`` as the compact JSON text it is sent as
+    (``json.dumps(body, ensure_ascii=False, separators=(",", ":"))``, byte for byte).
+
+    With ``fragments``, a wire API that renders message by message reuses the text of the
+    messages it rendered before (the same objects), so a step renders only the messages
+    that are new or changed since the last one."""
+    record = _check(api)
+    if record.render_json is not None:
+        return record.render_json(request, fragments)
+    return dumps(record.render(_without_approvals(request)))
 
 
 def _without_approvals(request: ModelRequest) -> ModelRequest:

@@ -9,11 +9,23 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
+import json
 import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from kilo_rules.engine.formats.request import CacheMark, Media, Part, Text, ToolResult
+from kilo_rules.engine.base.lru import LRUCache
+from kilo_rules.engine.formats.request import (
+    Approval,
+    CacheMark,
+    Media,
+    ModelMessage,
+    Part,
+    Text,
+    ToolResult,
+)
 
 _ID_OK = re.compile(r"^[a-zA-Z0-9_-]+$")
 _ID_BAD_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
@@ -185,3 +197,104 @@ def settle_marks(
             leftover = effective_mark(leftover, message_level)
     kept = [(b, marks.get(i)) for i, (b, _, _) in enumerate(entries) if b is not None]
     return kept, leftover
+
+
+def dumps(value: Any) -> str:
+    """``value`` as the body is sent: compact JSON, UTF-8 text unescaped. The encoding is
+    compositional (a list's JSON is its items' JSON joined by commas in brackets), which is
+    what lets a body be assembled from fragments rendered at earlier steps."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WireTurn:
+    """One message's rendered JSON on a wire whose turns of one role merge: its role and
+    the JSON of its content blocks, comma-joined without the brackets ("" for none)."""
+
+    role: str
+    blocks: str
+
+
+def turns_json(turns: Iterable[WireTurn], key: str = "content") -> str:
+    """The JSON of :func:`merge_same_role` applied to the turns' messages
+    (``{"role": …, key: [...]}`` each), built from their fragments: turns without blocks
+    are dropped, consecutive turns of one role become one."""
+    out: list[str] = []
+    heads: dict[str, str] = {}
+    field = dumps(key)
+    role: str | None = None
+    for turn in turns:
+        blocks = turn.blocks
+        if not blocks:
+            continue
+        if turn.role == role:
+            out.append(",")
+        else:
+            if role is not None:
+                out.append("]},")
+            role = turn.role
+            head = heads.get(role)
+            if head is None:
+                head = heads[role] = f'{{"role":{dumps(role)},{field}:['
+            out.append(head)
+        out.append(blocks)
+    if role is not None:
+        out.append("]}")
+    return "[" + "".join(out) + "]"
+
+
+class Raw:
+    """JSON text already encoded, placed as is by :func:`body_json`."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def body_json(fields: Iterable[tuple[str, Any]]) -> str:
+    """The JSON object of ``fields`` in order, each value encoded by :func:`dumps` unless
+    it is :class:`Raw` text: byte-identical to ``dumps(dict(fields))`` with the raw values
+    decoded."""
+    out = []
+    for name, value in fields:
+        text = value.text if isinstance(value, Raw) else dumps(value)
+        out.append(f"{dumps(name)}:{text}")
+    return "{" + ",".join(out) + "}"
+
+
+def without_approval_parts(msg: ModelMessage) -> ModelMessage:
+    """``msg`` without its tool-approval parts, which no wire API takes (the same rule as
+    :func:`kilo_rules.engine.providers.render`, applied one message at a time)."""
+    if not any(isinstance(p, Approval) for p in msg.parts):
+        return msg
+    parts = tuple(p for p in msg.parts if not isinstance(p, Approval))
+    return dataclasses.replace(msg, parts=parts)
+
+
+class Fragments:
+    """Rendered fragments of messages, per message object and wire API, kept across steps.
+
+    A lowered message is immutable and the runtime hands the same object back every step
+    it is unchanged (its lowering is cached by content), so its fragment is found by
+    identity; a message whose context changed (a cache mark moved onto it, a new
+    environment block) is a new object and is rendered again. Bounded (least recently
+    used first) and thread-safe; two threads missing one message may both render it, with
+    equal results. The fragments are immutable text, so nothing a caller does with a body
+    built from them reaches the next body."""
+
+    def __init__(self, maxsize: int = 8192) -> None:
+        self._by_message: LRUCache[ModelMessage, dict[str, Any]] = LRUCache(
+            maxsize, by_identity=True
+        )
+
+    def get_or(self, msg: ModelMessage, api: str, make: Callable[[], Any]) -> Any:
+        """The fragment of ``msg`` on ``api``, made by ``make()`` the first time."""
+        per_api = self._by_message.get_or(msg, dict)
+        found = per_api.get(api)
+        if found is None:
+            found = per_api[api] = make()
+        return found
+
+    def __len__(self) -> int:
+        return len(self._by_message)

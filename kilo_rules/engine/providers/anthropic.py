@@ -32,6 +32,7 @@ a top-level ``cache_control``, which lets the API move one breakpoint forward by
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from kilo_rules.engine.formats import wireapi
@@ -49,7 +50,12 @@ from kilo_rules.engine.formats.request import (
 from kilo_rules.engine.providers._api_rules import CALL_ID, TOOL_NAME, ApiRules
 from kilo_rules.engine.providers._shared import (
     Entry,
+    Fragments,
+    Raw,
+    WireTurn,
+    body_json,
     decode_text,
+    dumps,
     effective_mark,
     is_blank,
     is_blank_text,
@@ -59,6 +65,8 @@ from kilo_rules.engine.providers._shared import (
     readable,
     sanitize_call_id,
     settle_marks,
+    turns_json,
+    without_approval_parts,
 )
 from kilo_rules.engine.providers.registry import WireApiSpec
 
@@ -74,20 +82,43 @@ ISSUER = "anthropic"
 
 def render(request: ModelRequest) -> dict[str, Any]:
     """The Messages API request body for ``request`` (JSON-serialisable, deterministic)."""
-    body: dict[str, Any] = {"model": request.model, "max_tokens": _max_tokens(request)}
+    turns = [_message(m) for m in request.conversation]
+    return dict(_fields(request, merge_same_role(turns)))
+
+
+def render_json(request: ModelRequest, fragments: Fragments | None = None) -> str:
+    """``render(request)`` as compact JSON text, each message's blocks taken from
+    ``fragments`` when it was rendered before (``request`` may still hold approval parts:
+    they are dropped one message at a time)."""
+
+    def turn(m: ModelMessage) -> WireTurn:
+        rendered = _message(without_approval_parts(m))
+        return WireTurn(rendered["role"], ",".join(dumps(b) for b in rendered["content"]))
+
+    conversation = request.conversation
+    if fragments is None:
+        turns = [turn(m) for m in conversation]
+    else:
+        turns = [fragments.get_or(m, "anthropic", partial(turn, m)) for m in conversation]
+    return body_json(_fields(request, Raw(turns_json(turns))))
+
+
+def _fields(request: ModelRequest, messages: Any) -> list[tuple[str, Any]]:
+    """The body's fields in order, ``messages`` as given."""
+    body: list[tuple[str, Any]] = [("model", request.model), ("max_tokens", _max_tokens(request))]
     system = _system(request.system)
     if system:
-        body["system"] = system
+        body.append(("system", system))
     if request.tools:
-        body["tools"] = [_tool(t) for t in request.tools]
-    turns = [_message(m) for m in request.conversation]
-    body["messages"] = merge_same_role(turns)
+        body.append(("tools", [_tool(t) for t in request.tools]))
+    body.append(("messages", messages))
     automatic = request.options.get("automatic_cache")
     if automatic:
-        body["cache_control"] = cache_control(CacheMark(ttl="1h" if automatic == "1h" else None))
+        mark = cache_control(CacheMark(ttl="1h" if automatic == "1h" else None))
+        body.append(("cache_control", mark))
     edits = [context_edit(e) for e in request.options.get("server_edits") or ()]
     if edits:
-        body["context_management"] = {"edits": edits}
+        body.append(("context_management", {"edits": edits}))
     return body
 
 
@@ -266,6 +297,7 @@ def _reasoning(part: Reasoning) -> dict[str, Any] | None:
 SPEC = WireApiSpec(
     facts=wireapi.facts("anthropic"),
     render=render,
+    render_json=render_json,
     endpoint=ENDPOINT,
     marker_key="cache_control",
     headers=headers,

@@ -31,6 +31,10 @@ __all__ = ["RULES", "Renderer", "WireApiSpec", "register", "spec", "specs", "unr
 #: A renderer: the provider-neutral request → the JSON body (deterministic, key order too).
 Renderer = Callable[[ModelRequest], dict[str, Any]]
 
+#: A renderer straight to the body's compact JSON text, reusing the fragments of messages
+#: it rendered at earlier steps (``Fragments``; None: render everything).
+TextRenderer = Callable[[ModelRequest, Any], str]
+
 
 def _no_headers(_: ModelRequest) -> dict[str, str]:
     return {}
@@ -42,10 +46,11 @@ class WireApiSpec:
 
     ``endpoint`` is the URL path (relative to the provider's base URL) the body is posted
     to, or a function of the request for an API that carries the model in the path.
-    ``marker_key`` is the key that holds one cache breakpoint each in a rendered body
-    (None: the API takes no markers). ``rules`` are its acceptance rules; their marker key
-    and marker budget are this record's (``marker_key``, and the facts' explicit budget
-    or else their default one), filled in here rather than written twice.
+    ``render_json``, when set, builds the same body as text from per-message fragments
+    kept across steps. ``marker_key`` is the key that holds one cache breakpoint each in a
+    rendered body (None: the API takes no markers). ``rules`` are its acceptance rules;
+    their marker key and marker budget are this record's (``marker_key``, and the facts'
+    explicit budget or else their default one), filled in here rather than written twice.
     """
 
     facts: WireFacts
@@ -54,6 +59,9 @@ class WireApiSpec:
     rules: ApiRules
     marker_key: str | None = None
     headers: Callable[[ModelRequest], dict[str, str]] = _no_headers
+    #: The body as JSON text from per-message fragments, byte-identical to the compact
+    #: JSON of ``render``'s body; None: the text is ``render``'s body encoded whole.
+    render_json: TextRenderer | None = None
 
     def __post_init__(self) -> None:
         if self.rules.marker_key is not None or self.rules.marker_budget is not None:

@@ -63,9 +63,15 @@ class StepResult:
 
     From :meth:`Runtime.step <kilo_rules.engine.runtime.facade.Runtime.step>`, ``decisions`` and
     ``mutations`` include those of the normal prune and of every compaction the step ran
-    (counted in ``compactions``); the other fields describe the request finally built."""
+    (counted in ``compactions``); the other fields describe the request finally built.
 
-    request: dict[str, Any]  # the provider's wire JSON
+    The request is held as the text it is sent as (``wire``, what :meth:`body` returns),
+    assembled from message fragments the plan keeps across steps; ``request`` is that text
+    decoded, on first use, into a dict of this result's own. So nothing a caller does to
+    ``request`` reaches the plan's caches or the next step's request, and a caller that only
+    sends the body never pays for a dict."""
+
+    wire: str  # the provider's wire JSON, compact, as sent
     provider: str
     decisions: list[Decision]
     mutations: list[dict[str, Any]]
@@ -90,6 +96,19 @@ class StepResult:
     session: Session = field(kw_only=True, repr=False, compare=False)
     #: Compactions run before the request was built (only :meth:`Runtime.step` runs them).
     compactions: int = field(default=0, kw_only=True)
+    _decoded: dict[str, Any] | None = field(
+        default=None, init=False, repr=False, compare=False, hash=False
+    )
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """The provider's wire JSON as a dict: ``wire`` decoded once per result (this
+        result's own objects, which the caller may change freely)."""
+        decoded = self._decoded
+        if decoded is None:
+            decoded = json.loads(self.wire)
+            object.__setattr__(self, "_decoded", decoded)  # a frozen result's lazy cache
+        return decoded
 
     @property
     def turn(self) -> StepResult:
@@ -117,8 +136,8 @@ class StepResult:
         return [d for d in self.decisions if d.severity == "warning"]
 
     def body(self) -> str:
-        """The request as the bytes sent over HTTP (compact JSON)."""
-        return json.dumps(self.request, ensure_ascii=False, separators=(",", ":"))
+        """The request as the bytes sent over HTTP (compact JSON, ``wire``)."""
+        return self.wire
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -160,8 +179,13 @@ class StepState:
     request: ModelRequest | None = None
     input_tokens: int = 0
     provider: str = ""
-    body: dict[str, Any] = field(default_factory=dict)
+    wire: str = ""  # the rendered body, compact JSON
     headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The rendered body as a dict of its own (``wire`` decoded; empty before render)."""
+        return json.loads(self.wire) if self.wire else {}
 
 
 def _project(st: StepState) -> None:
@@ -401,11 +425,11 @@ def stage_window(st: StepState) -> None:
 
 def stage_render(st: StepState) -> None:
     """The provider's wire JSON, and the headers it needs."""
-    from kilo_rules.engine.providers import headers, render
+    from kilo_rules.engine.providers import headers, render_json
 
     assert st.request is not None
     st.provider = st.run.step.provider or st.run.plan.model.api
-    st.body = render(st.request, st.provider)
+    st.wire = render_json(st.request, st.provider, st.run.fragments)
     st.headers = headers(st.request, st.provider)
     st.run.decide("render", st.provider, None, {"messages": len(st.request.messages)}, "rendered")
 
@@ -434,8 +458,9 @@ def run(
     if until is not None and until not in plan.stages:
         raise ValueError(f"unknown stage {until!r}; stages: {', '.join(plan.stages)}")
     step = step or StepInput()
-    now = max((m.created for m in session.messages), default=0) or int(time.time() * 1000)
-    st = StepState(StepRun(plan, session, step), now, list(session.messages))
+    r = StepRun(plan, session, step)
+    now = r.facts.latest or int(time.time() * 1000)
+    st = StepState(r, now, list(session.messages))
     for name in plan.stages:
         checkpoint()  # a build its caller gave up on stops here (kilo_rules.engine.base.cancel)
         STAGES[name](st)
@@ -452,7 +477,7 @@ def apply_plan(plan: Plan, session: Session, step: StepInput | None = None) -> S
     r = st.run
     assert st.request is not None
     return StepResult(
-        st.body,
+        st.wire,
         st.provider,
         r.decisions,
         r.mutations,
@@ -493,17 +518,15 @@ def _dynamic_names(
     pieces: Sequence[Piece],
     size: int,
 ) -> dict[str, Any]:
-    from kilo_rules.engine.runtime.history import turns
-
     last = last_finished(view)
     t = last.tokens if last else None
     step = r.step
     last_user = max((i for i, m in enumerate(lowered) if m.role == "user"), default=-1)
     return {
-        "session.turns": len(turns(r.session.messages)),
-        "session.messages": len(r.session.messages),
-        "session.compactions": len(completed_compactions(r.session.messages)),
-        "session.has_summary": any(m.summary and m.finish for m in r.session.messages),
+        "session.turns": r.facts.turns,
+        "session.messages": r.facts.messages,
+        "session.compactions": r.facts.compactions,
+        "session.has_summary": r.facts.has_summary,
         "session.last.input": t.input if t else 0,
         "session.last.output": t.output if t else 0,
         "session.last.reasoning": t.reasoning if t else 0,

@@ -216,8 +216,9 @@ class JsonCache:
     def __init__(self, counter: Callable[[str], int], maxsize: int = 8192) -> None:
         self.counter = counter
         self._list = _list_count(counter)
-        self._plain: IdentityLRU[ModelMessage, Piece] = IdentityLRU(maxsize)
-        self._stripped: IdentityLRU[ModelMessage, Piece] = IdentityLRU(maxsize)
+        # One entry per message, [plain, stripped] (None: not made yet): a step asks for
+        # both, and one look-up is what it costs per message.
+        self._pieces: IdentityLRU[ModelMessage, list[Piece | None]] = IdentityLRU(maxsize)
 
     def _piece(self, m: ModelMessage, strip: bool) -> Piece:
         extra = [0, 0]
@@ -226,15 +227,28 @@ class JsonCache:
         weight = self._list[0](m, text, strip) if self._list is not None else 0
         return Piece(text, size, weight, extra[0], extra[1])
 
+    def _entry(self, m: ModelMessage) -> list[Piece | None]:
+        return self._pieces.get_or(m, lambda: [None, None])
+
     def plain(self, m: ModelMessage) -> Piece:
         """The message's JSON."""
-        return self._plain.get_or(m, lambda: self._piece(m, False))
+        entry = self._entry(m)
+        piece = entry[0]
+        if piece is None:
+            piece = entry[0] = self._piece(m, False)
+        return piece
 
     def stripped(self, m: ModelMessage) -> Piece:
         """The message's JSON with media and opaque reasoning swapped for placeholders."""
-        if not _opaque(m):
-            return self.plain(m)
-        return self._stripped.get_or(m, lambda: self._piece(m, True))
+        entry = self._entry(m)
+        piece = entry[1]
+        if piece is None:
+            if _opaque(m):
+                piece = self._piece(m, True)
+            else:
+                piece = entry[0] = entry[0] or self._piece(m, False)
+            entry[1] = piece
+        return piece
 
     def count(self, pieces: Sequence[Piece]) -> int:
         """``counter``'s count of the messages of ``pieces`` (their JSON list, for an

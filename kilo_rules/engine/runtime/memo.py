@@ -10,10 +10,13 @@ bounded, so a long-lived plan cannot grow without end.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from kilo_rules.engine.base.lru import LRUCache
+from kilo_rules.engine.formats.session import Message
+from kilo_rules.engine.runtime.history import compaction_part, is_completed_summary
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -98,3 +101,77 @@ class ContentMemo(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFacts:
+    """What a step reads from the whole message list, summary or not: the policy's
+    ``session.*`` values and the newest creation time."""
+
+    messages: int
+    turns: int  # user messages without a compaction part (history.turns)
+    compactions: int  # completed compactions (history.completed_compactions)
+    has_summary: bool  # a finished summary message
+    latest: int  # the newest ``created`` (0: none)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    seen: list[Message]
+    compaction_ids: dict[str, bool]  # message id -> its last message has a compaction part
+    parents: tuple[str | None, ...]  # the parent ids of completed summaries
+    turns: int
+    has_summary: bool
+    latest: int
+
+    def facts(self) -> SessionFacts:
+        done = sum(1 for p in self.parents if p is not None and self.compaction_ids.get(p))
+        return SessionFacts(len(self.seen), self.turns, done, self.has_summary, self.latest)
+
+
+_EMPTY = _Scan([], {}, (), 0, False, 0)
+
+
+class FactsMemo:
+    """:class:`SessionFacts` per message list, extended from the list seen before.
+
+    An agent hands the same message objects back every step with new ones after them;
+    the list seen last for a session (found by its first message) is compared with the
+    new one by identity, at C speed, and only the messages after it are read. So a step
+    after a compaction reads its tail, not the history before the summary again. A list
+    that is no extension of the one seen (a session read back from JSON, an edit) is read
+    whole. Bounded and thread-safe."""
+
+    def __init__(self, maxsize: int = 256) -> None:
+        self._by_first: IdentityLRU[Message, _Scan] = IdentityLRU(maxsize)
+
+    def facts(self, messages: Sequence[Message]) -> SessionFacts:
+        """The facts of ``messages``."""
+        if not messages:
+            return _EMPTY.facts()
+        first = messages[0]
+        scan = self._by_first.get(first) or _EMPTY
+        n = len(scan.seen)
+        prefix = messages[:n]
+        if n > len(messages) or (prefix if isinstance(prefix, list) else list(prefix)) != scan.seen:
+            scan, n = _EMPTY, 0
+        if n < len(messages):
+            scan = _extend(scan, list(messages), n)
+            self._by_first.put(first, scan)
+        return scan.facts()
+
+
+def _extend(scan: _Scan, messages: list[Message], start: int) -> _Scan:
+    ids = dict(scan.compaction_ids)
+    parents = list(scan.parents)
+    turns, has_summary, latest = scan.turns, scan.has_summary, scan.latest
+    for m in messages[start:]:
+        compaction = compaction_part(m) is not None
+        ids[m.id] = compaction
+        if m.role == "user" and not compaction:
+            turns += 1
+        if is_completed_summary(m):
+            parents.append(m.parent_id)
+        has_summary = has_summary or bool(m.summary and m.finish)
+        latest = max(latest, m.created)
+    return _Scan(messages, ids, tuple(parents), turns, has_summary, latest)

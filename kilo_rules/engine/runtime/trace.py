@@ -2,7 +2,7 @@ r"""Per-step state shared by the runtime stages: the decisions trace and the set
 
 A :class:`StepRun` is made once per ``apply_plan`` call. It records :class:`Decision`\ s
 with the policy location of the rule behind each, reads the effective policy, and holds
-the plan-level caches (token counter, per-message JSON, lowering).
+the plan-level caches (token counter, per-message JSON, lowering, rendered wire text).
 
 The plan-level caches (:class:`PlanCaches`) are the runtime's, not the plan's: a compiled
 plan is frozen and holds no mutable state, so :func:`plan_caches` keeps them in a map of
@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from kilo_rules.engine.base.errors import Location
 from kilo_rules.engine.formats.session import Message, Session, TokenUsage
+from kilo_rules.engine.providers._shared import Fragments
 from kilo_rules.engine.runtime.context import StepInput
 from kilo_rules.engine.runtime.lower import lowering_key
 from kilo_rules.engine.runtime.measure import JsonCache
-from kilo_rules.engine.runtime.memo import ContentMemo
+from kilo_rules.engine.runtime.memo import ContentMemo, FactsMemo
 from kilo_rules.engine.text.tokens import CountCache, EstimateCounter, TokenCounter, counter_for
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ class PlanCaches:
     warning: str | None  # why the policy's counter could not be used
     json: JsonCache  # per-message JSON and token counts
     lower: ContentMemo[Any, Any]  # lowered messages per session message
+    fragments: Fragments  # rendered wire text per lowered message and wire API
+    facts: FactsMemo  # the session-wide facts, read on from the list seen last
 
 
 # id(plan) -> (a weak reference to the plan, its caches). Keyed by identity: two equal
@@ -122,7 +125,14 @@ def plan_caches(plan: Plan) -> PlanCaches:
         counter, warning = plan_counter(plan)
         if not isinstance(counter, EstimateCounter):
             counter = CountCache(counter)  # count each message once, not every step
-        caches = PlanCaches(counter, warning, JsonCache(counter.count), ContentMemo(lowering_key))
+        caches = PlanCaches(
+            counter,
+            warning,
+            JsonCache(counter.count),
+            ContentMemo(lowering_key),
+            Fragments(),
+            FactsMemo(),
+        )
         _PLAN_CACHES[key] = (weakref.ref(plan, lambda _: _forget(key)), caches)
         return caches
 
@@ -148,6 +158,9 @@ class StepRun:
         warning = caches.warning
         self.json = caches.json
         self.lower_cache = caches.lower
+        self.fragments = caches.fragments
+        #: The session-wide facts (``session.*`` values, the newest time), read once.
+        self.facts = caches.facts.facts(session.messages)
         if warning:
             self.decide("lower", "tokens.counter", "tokens.counter", {}, warning, "warning")
 
