@@ -1,7 +1,15 @@
 """On-demand instructions: when a read tool opens a file under a directory that has its
 own instruction file (``AGENTS.md``...), that file is attached to the tool result, once
 per assistant message and never when the system prompt already carries it (Kilo's
-``InstructionPrompt.resolve``)."""
+``InstructionPrompt.resolve``).
+
+Kilo resolves the files when the read tool runs and stores them in the tool output;
+kilo-rules stores nothing in the session, so every step resolves them again for every
+read of the history, against the filesystem as it is at that step: a file that appeared
+since is attached to earlier reads too, one that is gone no longer is (the request is a
+function of the session and the workspace, whichever process builds it). A step looks at
+each directory, resolves each instruction file and reads it at most once, however many
+reads and assistant messages lead to it (:class:`_Lookups`)."""
 
 from __future__ import annotations
 
@@ -35,7 +43,7 @@ def _candidates(
     first; in each directory the first configured name that exists, as written (where it
     leads is decided when it is read, beneath ``stop``). ``memo`` remembers directories
     already looked at during this request. Paths are strings, not ``Path``s: this runs for
-    every read call of the history on every step."""
+    every distinct read path of the history on every step."""
     # normpath, not realpath: no system call per read. A symlinked directory on the way
     # is caught when the file is read (safefs.read_beneath resolves and confines it).
     current = os.path.dirname(safefs.lexical(file))  # noqa: PTH120
@@ -53,6 +61,44 @@ def _candidates(
         if current == stop or parent == current:
             return found
         current = parent
+
+
+class _Lookups:
+    """What one step learnt from the filesystem: the instruction file of each directory,
+    the candidates of each read path, the real path and the content of each file."""
+
+    def __init__(self, names: Sequence[str], stop: str) -> None:
+        self.names = names
+        self.stop = stop
+        self.dirs: dict[str, str | None] = {}
+        self.chains: dict[str, list[str]] = {}
+        self.reals: dict[str, str] = {}
+        self.reads: dict[str, tuple[str, str] | Exception] = {}
+
+    def candidates(self, path: str) -> list[str]:
+        found = self.chains.get(path)
+        if found is None:
+            found = self.chains[path] = _candidates(path, self.names, self.stop, self.dirs)
+        return found
+
+    def real(self, written: str) -> str:
+        found = self.reals.get(written)
+        if found is None:
+            found = self.reals[written] = os.path.realpath(written)
+        return found
+
+    def read(self, written: str) -> tuple[str, str] | Exception:
+        """(real path, text) of the instruction file, read beneath the workspace, or why
+        it was refused."""
+        found = self.reads.get(written)
+        if found is None:
+            try:
+                f, data = safefs.read_beneath(self.stop, written, max_bytes=MAX_FILE_BYTES)
+                found = (f, data.decode("utf-8"))
+            except (OSError, UnicodeDecodeError) as exc:
+                found = exc
+            self.reads[written] = found
+        return found
 
 
 def attach(
@@ -73,9 +119,9 @@ def attach(
         return list(messages), []
     in_system = {str(p) for p in loaded}
     claimed: dict[str | None, set[str]] = {}
-    memo: dict[str, str | None] = {}
     refused: set[str] = set()
     stop = safefs.lexical(ws.root or ws.cwd)
+    look = _Lookups(names, stop)
     decisions: list[dict[str, Any]] = []
     out: list[ModelMessage] = []
     for m in messages:
@@ -91,20 +137,19 @@ def attach(
                 path = _read_path(call, ws)
                 seen = claimed.setdefault(owner, set())
                 extra: list[Text] = []
-                for written in _candidates(path, names, stop, memo) if path else []:
-                    f = os.path.realpath(written)
+                for written in look.candidates(path) if path else []:
+                    f = look.real(written)
                     if f in in_system or f in seen:
                         continue
-                    try:
-                        f, data = safefs.read_beneath(stop, written, max_bytes=MAX_FILE_BYTES)
-                        body = data.decode("utf-8")
-                    except (OSError, UnicodeDecodeError) as exc:
+                    read = look.read(written)
+                    if isinstance(read, Exception):
                         if written not in refused:
                             refused.add(written)
                             decisions.append(
-                                {"rule": "on_demand.skipped", "file": written, "warning": str(exc)}
+                                {"rule": "on_demand.skipped", "file": written, "warning": str(read)}
                             )
                         continue
+                    f, body = read
                     seen.add(f)
                     note = f"Instructions from: {f}\n{body}"
                     extra.append(
