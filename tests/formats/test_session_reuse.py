@@ -189,13 +189,32 @@ def test_a_repeated_messages_key_keeps_the_last_as_json_does() -> None:
     assert len(SessionReader().read(text).messages) == 1
 
 
-def test_the_reader_is_bounded() -> None:
-    reader = SessionReader(max_messages=3)
-    for i in range(20):
+def _size(i: int) -> int:
+    return len(json.dumps(_message(i), indent=2).replace("\n", "\n    "))
+
+
+def test_the_reader_is_bounded_in_characters_of_text() -> None:
+    budget = 3 * _size(0) + 10
+    reader = SessionReader(max_chars=budget)
+    for i in range(0, 40, 2):
         reader.read(_doc([_message(i)]))
-    assert reader.stats().size == 3
-    # Forgotten messages are read again, correctly.
+    held = reader.stats()
+    assert held.messages == 3 and held.chars <= budget == held.max_chars
+    # The most recent are kept; forgotten messages are read again, correctly.
+    assert reader.read(_doc([_message(38)])) == _cold(_doc([_message(38)]))
+    assert reader.stats().hits == 1
     assert reader.read(_doc([_message(0)])) == _cold(_doc([_message(0)]))
+    assert reader.stats().hits == 1
+
+
+def test_a_message_longer_than_the_bound_is_read_afresh() -> None:
+    reader = SessionReader(max_chars=_size(0) - 1)
+    text = _doc([_message(0)])
+    assert reader.read(text) == reader.read(text) == _cold(text)
+    assert reader.stats().messages == 0
+    assert SessionReader(max_chars=0).read(text) == _cold(text)
+    with pytest.raises(ValueError):
+        SessionReader(max_chars=-1)
 
 
 def test_versions_of_one_beginning_are_bounded() -> None:
@@ -203,9 +222,12 @@ def test_versions_of_one_beginning_are_bounded() -> None:
     texts = [_doc([_message(0, LONG + str(v))]) for v in range(10)]
     for text in texts:
         reader.read(text)
-    (entry,) = reader._known.items()
-    assert len(entry[1]) == SessionReader.VERSIONS
+    assert reader.stats().messages == SessionReader.VERSIONS
     assert all(reader.read(t) == _cold(t) for t in texts)
+    # The newest versions are those kept.
+    hits = reader.stats().hits
+    reader.read(texts[-1])
+    assert reader.stats().hits == hits + 1
 
 
 def test_short_messages_are_read_every_time() -> None:
@@ -213,18 +235,18 @@ def test_short_messages_are_read_every_time() -> None:
     text = _doc([{"id": "a", "role": "user"}, {"id": "b", "role": "assistant"}])
     first, again = reader.read(text), reader.read(text)
     assert first == again == _cold(text)
-    assert reader.stats().size == 0
+    assert reader.stats().messages == 0
 
 
 def test_session_from_json_reads_through_the_default_reader() -> None:
     text = _doc([_message(i) for i in range(2)] + [_message(99, LONG + "default-reader")])
     first = session_from_json(text)
     assert session_from_json(text).messages[2] is first.messages[2]
-    assert DEFAULT_READER.stats().size >= 1
+    assert DEFAULT_READER.stats().messages >= 1
 
 
 def test_threads_reading_at_once_each_get_their_own_session() -> None:
-    reader = SessionReader(max_messages=8)
+    reader = SessionReader(max_chars=3 * _size(0) * 6)
     texts = [_doc([_message(i, LONG + str(v)) for i in range(6)]) for v in range(4)]
     expected = [_cold(t) for t in texts]
     failures: list[int] = []
@@ -313,7 +335,7 @@ def test_edited_sessions_read_warm_as_cold(
     n: int, first: list[tuple[str, int, Any]], second: list[tuple[str, int, Any]]
 ) -> None:
     base = [_message(i) for i in range(n)]
-    reader = SessionReader(max_messages=16)
+    reader = SessionReader(max_chars=16 * _size(0))
     for text in (_edited(base, []), _edited(base, first), _edited(base, first + second)):
         warm = _outcome(reader.read, text)
         assert warm == _outcome(_cold, text)

@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kilo_rules.engine.base import safefs
 from kilo_rules.engine.base.cancel import checkpoint
 from kilo_rules.engine.base.errors import Diagnostic, Location, SessionError
-from kilo_rules.engine.base.lru import CacheStats, LRUCache
 from kilo_rules.engine.base.source import JsonPath, JsonText, json_problem, nearest
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -464,6 +466,74 @@ _WS = re.compile(r"[ \t\n\r]*")
 _DECODE = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float).raw_decode
 
 
+@dataclass(frozen=True, slots=True)
+class ReaderStats:
+    """What a :class:`SessionReader` holds and how often it helped: messages found where a
+    document held their text (``hits``), messages read afresh (``misses``), the messages
+    kept and the characters of JSON text they were read from, and the bound on those."""
+
+    hits: int
+    misses: int
+    messages: int
+    chars: int
+    max_chars: int
+
+
+class _KnownMessages:
+    """Messages by the beginning of their text (versions of one beginning kept together),
+    at most ``max_chars`` characters of text in all, the least recently used dropped first.
+    Thread-safe: every look-up and change holds the lock."""
+
+    def __init__(self, max_chars: int, versions: int) -> None:
+        self.max_chars = max_chars
+        self.versions = versions
+        self._lock = threading.Lock()
+        self._by_prefix: OrderedDict[str, tuple[_Known, ...]] = OrderedDict()
+        self._chars = 0
+        self._count = 0
+        self._hits = 0
+        self._misses = 0
+
+    def find(self, text: str, at: int, prefix: str) -> _Known | None:
+        """The message whose whole text ``text`` holds at ``at``, among those whose text
+        begins with ``prefix``."""
+        with self._lock:
+            for known in self._by_prefix.get(prefix, ()):
+                # A JSON object ends where its text says: a document that holds a known
+                # message's whole text at this place holds exactly that message here.
+                if text.startswith(known.text, at):
+                    self._by_prefix.move_to_end(prefix)
+                    self._hits += 1
+                    return known
+            self._misses += 1
+            return None
+
+    def add(self, prefix: str, known: _Known) -> None:
+        """Keep ``known``, the newest version of its beginning."""
+        size = len(known.text)
+        if size > self.max_chars:
+            return
+        with self._lock:
+            old = self._by_prefix.pop(prefix, ())
+            versions = (known, *(k for k in old if k.text != known.text))[: self.versions]
+            self._by_prefix[prefix] = versions
+            self._chars += sum(len(k.text) for k in versions) - sum(len(k.text) for k in old)
+            self._count += len(versions) - len(old)
+            while self._chars > self.max_chars:
+                _, dropped = self._by_prefix.popitem(last=False)
+                self._chars -= sum(len(k.text) for k in dropped)
+                self._count -= len(dropped)
+
+    def stats(self) -> ReaderStats:
+        with self._lock:
+            return ReaderStats(self._hits, self._misses, self._count, self._chars, self.max_chars)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_prefix.clear()
+            self._chars = self._count = self._hits = self._misses = 0
+
+
 class SessionReader:
     """Reads Session v1 JSON, reusing the messages it validated before.
 
@@ -479,9 +549,11 @@ class SessionReader:
     are two entries. Reused messages are the same objects in every session read; a
     :class:`Message` is frozen, and like everything read from a session they must not be
     changed in place (no code of kilo-rules does: the runtime returns mutations). Each
-    session gets its own ``messages`` list. A reader holds at most ``max_messages``
-    distinct message beginnings (the first :attr:`PREFIX` characters), each with up to
-    :attr:`VERSIONS` versions, the least recently used dropped first; it is thread-safe.
+    session gets its own ``messages`` list.
+
+    A reader keeps messages read from at most ``max_chars`` characters of JSON (the
+    messages hold about as much again), the least recently used dropped first; a message
+    longer than that is read afresh each time. It is thread-safe.
     """
 
     PREFIX = 128
@@ -491,8 +563,10 @@ class SessionReader:
     VERSIONS = 4
     """How many messages that begin alike (versions of one message) are kept together."""
 
-    def __init__(self, max_messages: int = 2048) -> None:
-        self._known: LRUCache[str, tuple[_Known, ...]] = LRUCache(max_messages)
+    def __init__(self, max_chars: int = 64 * 1024 * 1024) -> None:
+        if max_chars < 0:
+            raise ValueError("max_chars may not be negative")
+        self._known = _KnownMessages(max_chars, self.VERSIONS)
 
     def read(self, text: str, file: str = "<session>") -> Session:
         """The session in ``text``, as :func:`session_from_json` reads it."""
@@ -502,8 +576,8 @@ class SessionReader:
         except _ReadColdError:
             return _session_from_json_cold(text, file)
 
-    def stats(self) -> CacheStats:
-        """Lookups of message beginnings answered and missed, and entries held."""
+    def stats(self) -> ReaderStats:
+        """Messages found and read afresh, and what is held."""
         return self._known.stats()
 
     def clear(self) -> None:
@@ -568,18 +642,11 @@ class SessionReader:
         at = ws(text, at + 1).end()  # type: ignore[union-attr]
         if text[at : at + 1] == "]":
             return at + 1
-        lookup = self._known.get
+        find = self._known.find
         prefix_len = self.PREFIX
         while True:
             prefix = text[at : at + prefix_len]
-            versions = lookup(prefix) or ()
-            for hit in versions:
-                # A JSON object ends where its text says: a document that holds a known
-                # message's whole text at this place holds exactly that message here.
-                if text.startswith(hit.text, at):
-                    break
-            else:
-                hit = self._learn(text, at, prefix, versions)
+            hit = find(text, at, prefix) or self._learn(text, at, prefix)
             out.append(hit)
             at = ws(text, at + len(hit.text)).end()  # type: ignore[union-attr]
             sep = text[at : at + 1]
@@ -589,7 +656,7 @@ class SessionReader:
             if sep != ",":
                 raise _ReadColdError
 
-    def _learn(self, text: str, at: int, prefix: str, versions: tuple[_Known, ...]) -> _Known:
+    def _learn(self, text: str, at: int, prefix: str) -> _Known:
         checkpoint()
         value, end = _scan(_DECODE, text, at)
         own = text[at:end]
@@ -602,7 +669,7 @@ class SessionReader:
             raise _ReadColdError from None
         known = _Known(own, message)
         if len(own) >= self.PREFIX:
-            self._known.put(prefix, (known, *versions[: self.VERSIONS - 1]))
+            self._known.add(prefix, known)
         return known
 
 
