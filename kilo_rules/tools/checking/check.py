@@ -19,7 +19,6 @@ from kilo_rules.engine.base import safefs
 from kilo_rules.engine.base.errors import Diagnostic, KiloRulesError, PathAliases
 from kilo_rules.engine.formats.catalog import ModelInfo
 from kilo_rules.engine.formats.load import Document, load_yaml_file
-from kilo_rules.tools.checking.check_partial import diagnostics_despite_errors
 
 
 @dataclass
@@ -164,6 +163,8 @@ def check_policy_file(path: Path) -> tuple[list[Diagnostic], dict[str, str]]:
     try:
         policy = resolve_policy(path)
     except KiloRulesError as exc:
+        from kilo_rules.tools.checking.check_partial import diagnostics_despite_errors
+
         # The later stages still run on what is valid, so one run shows every problem.
         more, sources = diagnostics_despite_errors(path, exc.diagnostics)
         return [*exc.diagnostics, *more], sources

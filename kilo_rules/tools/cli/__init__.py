@@ -29,10 +29,9 @@ from importlib import import_module
 from typing import TextIO
 
 from kilo_rules.engine.base.errors import MultipleRunsWarning
-from kilo_rules.engine.base.net import NetworkSettings, use_network
 from kilo_rules.engine.base.sandbox import allow_read
 from kilo_rules.engine.base.version import __version__
-from kilo_rules.tools.cli._options import read_roots
+from kilo_rules.tools.cli._options import read_roots, settings_in_environment
 from kilo_rules.tools.cli._runner import (
     EPILOG,
     EXIT_CODES,
@@ -129,8 +128,18 @@ def _handle(args: argparse.Namespace) -> int:
     extra = _extra_needed(args)
     if extra is not None:
         require_extra(extra)
-    with allow_read(read_roots(args)), use_network(NetworkSettings()), _notes(args.command):
+    with allow_read(read_roots(args)), _network(), _notes(args.command):
         return int(args.handler(args))
+
+
+def _network() -> contextlib.AbstractContextManager[object]:
+    """The network policy of ``KILO_RULES_NET_*`` in force for the command. When the
+    environment holds no setting, that policy is the library's default, already in force."""
+    if not settings_in_environment():
+        return contextlib.nullcontext()
+    from kilo_rules.engine.base.net import NetworkSettings, use_network
+
+    return use_network(NetworkSettings())
 
 
 def _extra_needed(args: argparse.Namespace) -> str | None:

@@ -13,7 +13,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
-from kilo_rules.engine.base.settings import Settings, parse_config
 from kilo_rules.engine.formats import wireapi
 from kilo_rules.engine.formats.catalog import ModelInfo, bundled_catalog, model_from_data
 from kilo_rules.engine.formats.load import load_yaml_file
@@ -149,8 +148,21 @@ def model(ref: str) -> ModelInfo:
     return bundled_catalog().get(ref)
 
 
+def settings_in_environment() -> bool:
+    """Whether any environment variable may be a setting: its name starts with ``KILO_``
+    (the settings read ``KILO_RULES_*``, ``KILO_RULES_NET_*`` and Kilo's own
+    ``KILO_DISABLE_*``), in any case, as pydantic-settings compares names.
+
+    Without one, the settings are their defaults, so a command that only needs them to
+    start (``check``) does not load pydantic-settings, nor the asyncio, ssl and dotenv it
+    imports, to read an environment that sets nothing."""
+    return any(name.lower().startswith("kilo_") for name in os.environ)
+
+
 def policy(ref: str | None) -> str:
     """The ``--policy`` given, else ``KILO_RULES_POLICY``, else kilo-default."""
+    from kilo_rules.engine.base.settings import Settings
+
     return ref or Settings().policy
 
 
@@ -162,6 +174,8 @@ def policies(refs: Sequence[str]) -> list[str]:
 def config(pairs: Sequence[str]) -> dict[str, Any]:
     """``config.*`` values: the environment (``KILO_RULES_*``), then ``--config`` pairs,
     each checked against its setting's type and range (a bad one exits 2)."""
+    from kilo_rules.engine.base.settings import Settings, parse_config
+
     return {**Settings().config(), **parse_config(pairs)}
 
 
@@ -182,7 +196,7 @@ def read_roots(args: argparse.Namespace) -> list[Path]:
     existing directory: a typo would otherwise widen nothing, silently)."""
     if not hasattr(args, "allow_read"):  # a command that reads no policy
         return []
-    named = [*Settings().read_roots, *args.allow_read]
+    named = [*_environment_read_roots(), *args.allow_read]
     roots = []
     for raw in named:
         path = Path(raw).expanduser()
@@ -190,6 +204,16 @@ def read_roots(args: argparse.Namespace) -> list[Path]:
             raise ValueError(f"--allow-read / KILO_RULES_READ_ROOTS: {raw!r} is not a directory")
         roots.append(path)
     return roots
+
+
+def _environment_read_roots() -> tuple[str, ...]:
+    """``KILO_RULES_READ_ROOTS`` (its variable read, and every other setting checked, only
+    when the environment holds one: :func:`settings_in_environment`)."""
+    if not settings_in_environment():
+        return ()
+    from kilo_rules.engine.base.settings import Settings
+
+    return Settings().read_roots
 
 
 def step(args: argparse.Namespace) -> StepInput:
