@@ -57,6 +57,33 @@ def _mark(msg: Message, part_id: str, time: int) -> Message | None:
     return None
 
 
+class _Index:
+    """Where the last message with an id is. A step's mutations target its newest
+    messages, so a lookup searches from the end; the map of every id is built only when a
+    message is added (it must then be new anywhere in the history)."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+        self.ids: dict[str, int] | None = None
+
+    def get(self, mid: str) -> int | None:
+        if self.ids is not None:
+            return self.ids.get(mid)
+        for k in range(len(self.messages) - 1, -1, -1):
+            if self.messages[k].id == mid:
+                return k
+        return None
+
+    def add(self, mid: str) -> bool:
+        """Record a message about to be appended; False when its id is taken."""
+        if self.ids is None:
+            self.ids = {m.id: i for i, m in enumerate(self.messages)}
+        if mid in self.ids:
+            return False
+        self.ids[mid] = len(self.messages)
+        return True
+
+
 def apply_mutations(session: Session, mutations: Sequence[Mapping[str, Any]]) -> Session:
     """A copy of ``session`` with ``mutations`` applied in order (pure).
 
@@ -67,14 +94,13 @@ def apply_mutations(session: Session, mutations: Sequence[Mapping[str, Any]]) ->
     if not mutations:
         return session
     messages = list(session.messages)
-    index = {m.id: i for i, m in enumerate(messages)}
+    index = _Index(messages)
     part_owner: dict[str, int] | None = None
     for n, mut in enumerate(mutations):
         op = mut.get("op")
         if op == "add_message":
             msg = Message.model_validate(mut["message"])
-            if msg.id not in index:
-                index[msg.id] = len(messages)
+            if index.add(msg.id):
                 messages.append(msg)
                 part_owner = None
         elif op == "add_part":
@@ -98,7 +124,8 @@ def apply_mutations(session: Session, mutations: Sequence[Mapping[str, Any]]) ->
                 raise _error("mutation.target", f"mark_compacted: no tool part {pid!r}", n)
             messages[i] = marked
         elif op == "set_tail_start":
-            i = index.get(str(mut.get("message_id")), -1)
+            found = index.get(str(mut.get("message_id")))
+            i = -1 if found is None else found
             target = messages[i] if i >= 0 else None
             if target is None or not any(isinstance(p, CompactionPart) for p in target.parts):
                 raise _error(
