@@ -1,7 +1,7 @@
 """Per-step cost and correctness against LiteLLM's and LangChain's ``trim_messages``.
 
 Run with ``python benchmarks/bench_peers.py [--windows 16000,32000,64000,100000]
-[--sessions 3] [--steps 12] [--counter tiktoken|estimate] [--policy kilo-default]
+[--sessions 3] [--steps 6] [--counter tiktoken|estimate] [--policy kilo-default]
 [session ...]`` after
 ``pip install -e '.[bench]'``. The sessions default to the largest recorded trajectories in
 ``../shared/data/trajectories`` (their recorded compactions dropped, as bench_runtime does).
@@ -25,7 +25,7 @@ Kilo runs every step (its state carries over); the peers run on ``--steps`` step
 evenly over each session, and all medians are over those same steps.
 
 Per window the report gives the median ms per step of each, the ratio peer / kilo-rules
-(target >= 10x), how many requests are over budget (the request counted with tiktoken the
+(target >= 10x; the medians of the steps both ran, should kilo-rules stop early), how many requests are over budget (the request counted with tiktoken the
 same way for all three — system, messages, tool calls and results, tool definitions —
 against window - output cap), and orphans (a tool result without its call or a call
 without its result). Timings of one run on a shared machine: compare runs with
@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -79,7 +79,7 @@ TARGET = 10.0
 #: LiteLLM's tokenizer for this model is tiktoken cl100k_base, the encoding counted here.
 LITELLM_MODEL = "gpt-4"
 DEFAULT_POLICY = "kilo-default"
-DEFAULT_STEPS = 12
+DEFAULT_STEPS = 6
 
 
 def output_cap(window: int) -> int:
@@ -350,26 +350,34 @@ def timed(fn: Callable[[], T]) -> tuple[float, T]:
 class Tally:
     """One contender over the sampled steps of one or more sessions."""
 
-    times: list[float] = field(default_factory=list)
+    #: seconds per step, by (session, message index) so that ratios compare the same steps
+    times: dict[tuple[str, int], float] = field(default_factory=dict)
     over: int = 0
     orphans: int = 0
 
-    def add(self, seconds: float, tokens: int, budget: int, orphans: int) -> None:
+    def add(
+        self, step: tuple[str, int], seconds: float, tokens: int, budget: int, orphans: int
+    ) -> None:
         """Count one request: its time, whether it is over ``budget``, its orphans."""
-        self.times.append(seconds)
+        self.times[step] = seconds
         self.over += int(tokens > budget)
         self.orphans += orphans
 
     def merge(self, other: Tally) -> None:
         """Add ``other``'s steps to these."""
-        self.times += other.times
+        self.times.update(other.times)
         self.over += other.over
         self.orphans += other.orphans
 
     @property
     def median_ms(self) -> float:
         """Median time per step, in ms."""
-        return statistics.median(self.times) * 1e3 if self.times else float("nan")
+        return self.median_of(self.times)
+
+    def median_of(self, steps: Iterable[tuple[str, int]]) -> float:
+        """Median time of ``steps`` (those of them this contender ran), in ms."""
+        times = [self.times[k] for k in steps if k in self.times]
+        return statistics.median(times) * 1e3 if times else float("nan")
 
 
 @dataclass
@@ -387,8 +395,10 @@ class WindowReport:
     error: str | None = None  # why kilo-rules stopped early, if it did
 
     def ratio(self, peer: Tally) -> float:
-        """``peer``'s median step over kilo-rules'."""
-        return peer.median_ms / self.kilo.median_ms
+        """``peer``'s median step over kilo-rules', on the steps both ran (kilo-rules
+        may have stopped early)."""
+        both = self.kilo.times.keys() & peer.times.keys()
+        return peer.median_of(both) / self.kilo.median_of(both)
 
     def merge(self, other: WindowReport) -> None:
         """Fold ``other`` (the same window, another session) into this one."""
@@ -451,7 +461,13 @@ def run_window(
         report.compactions += result.compactions
         if i in picked:
             request = result.request
-            report.kilo.add(seconds, measure.anthropic(request), budget, orphans_anthropic(request))
+            report.kilo.add(
+                (prepared.name, i),
+                seconds,
+                measure.anthropic(request),
+                budget,
+                orphans_anthropic(request),
+            )
         # The provider's usage for the request kilo-rules built, as an agent would record it.
         usage = TokenUsage(
             input=result.input_tokens,
@@ -467,7 +483,11 @@ def run_window(
             partial(litellm_trim, history, model=LITELLM_MODEL, max_tokens=peer_budget)
         )
         report.litellm.add(
-            seconds, measure.openai(trimmed) + tools, budget, orphans_openai(trimmed)
+            (prepared.name, i),
+            seconds,
+            measure.openai(trimmed) + tools,
+            budget,
+            orphans_openai(trimmed),
         )
         lc_history = lc_chat[: 1 + prepared.starts[i]]
         # partial() picks the overload without messages, which returns a Runnable.
@@ -485,7 +505,11 @@ def run_window(
         )
         kept = cast("list[Any]", out)
         report.langchain.add(
-            seconds, measure.langchain(kept) + tools, budget, orphans_langchain(kept)
+            (prepared.name, i),
+            seconds,
+            measure.langchain(kept) + tools,
+            budget,
+            orphans_langchain(kept),
         )
     return report
 
@@ -591,7 +615,7 @@ def main(argv: Sequence[str]) -> int:
         steps=args.steps,
         counter=args.counter,
         policy=policy,
-        progress=lambda r: print(row(r), flush=True),
+        progress=lambda r: print(row(r) + (f"\n        {r.error}" if r.error else ""), flush=True),
     )
     print("-" * len(HEADER))
     ok = True
