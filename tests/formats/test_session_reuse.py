@@ -299,12 +299,14 @@ _EDIT = st.one_of(
     st.tuples(st.just("break"), st.integers(0, 40), st.sampled_from(["robot", 5, None])),
     st.tuples(st.just("swap"), st.integers(0, 40), st.none()),
     st.tuples(st.just("compact"), st.just(0), st.none()),
+    st.tuples(st.just("top"), st.just(0), st.sampled_from(["title", "model", "extra", "tools"])),
 )
 
 
 def _edited(messages: list[dict[str, Any]], edits: list[tuple[str, int, Any]]) -> str:
     out = [json.loads(json.dumps(m)) for m in messages]
     compact = False
+    top: dict[str, Any] = {}
     for kind, at, arg in edits:
         i = at % len(out) if out else 0
         if kind == "append":
@@ -321,7 +323,9 @@ def _edited(messages: list[dict[str, Any]], edits: list[tuple[str, int, Any]]) -
             out[i], out[i - 1] = out[i - 1], out[i]
         elif kind == "compact":
             compact = True
-    doc = {"version": 1, "id": "s", "messages": out}
+        elif kind == "top":  # a member beside the messages: valid, or not a Session field
+            top[arg] = [{"name": "read"}] if arg == "tools" else LONG
+    doc = {"version": 1, "id": "s", **top, "messages": out}
     return json.dumps(doc) if compact else json.dumps(doc, indent=2)
 
 
