@@ -25,11 +25,11 @@ Kilo runs every step (its state carries over); the peers run on ``--steps`` step
 evenly over each session, and all medians are over those same steps.
 
 Per window the report gives the median ms per step of each, the ratio peer / kilo-rules
-(target >= 10x; the medians of the steps both ran, should kilo-rules stop early), how many requests are over budget (the request counted with tiktoken the
-same way for all three — system, messages, tool calls and results, tool definitions —
-against window - output cap), and orphans (a tool result without its call or a call
-without its result). Timings of one run on a shared machine: compare runs with
-``farm-bench``.
+(target >= 10x; on the steps both ran, should kilo-rules stop early), how many requests are
+over budget (each request counted with tiktoken the same way for all three — system,
+messages, tool calls and results, tool definitions — against window - output cap), and
+orphans (a tool result without its call or a call without its result). Timings of one run
+on a shared machine: compare runs with ``farm-bench``.
 """
 
 from __future__ import annotations
