@@ -1,7 +1,7 @@
 """Latency of a build through the sidecar against the same build in process.
 
-Run with ``python benchmarks/bench_serve.py [session.jsonl] [--builds N] [--part latency|load]``
-(both parts by default). The session
+Run with ``python benchmarks/bench_serve.py [session.jsonl] [--builds N] [--part latency|load]
+[--load-builds N] [--rounds R]`` (both parts by default). The session
 defaults to the largest Claude Code trajectory in ``../shared/data/trajectories`` (or the
 small example in ``examples/sessions``), taken as ``bench_runtime.py`` takes it: its
 recorded compaction left out, the step built the one before the last assistant message.
@@ -17,11 +17,13 @@ to a worker thread. The sidecar's own part is read from its ``Server-Timing`` he
 
 The load part (issue 30) runs the sidecar with ``--workers 1`` and ``--workers 2`` and
 posts the same body from 1, 2 and 8 clients at once (threads of this process, each on a
-keep-alive connection of its own, as many agents each hold one), N builds in all per
-point: the throughput (builds answered a second) and the p50 and p99 of a build's latency
-as a client sees it. The yardsticks, from the same run, are the same server with one
-client (targets at 8 clients: throughput >= 1.5x, p50 <= 4x) and the same builds on 8
-threads of one process (what the sidecar of one process could at best do with 8 clients).
+keep-alive connection of its own, as many agents each hold one), ``--load-builds`` in all
+per point, the points in turn, ``--rounds`` times: the throughput (builds answered a
+second) and the p50 and p99 of a build's latency as a client sees it. The yardsticks, from
+the same run, are the same server with one client (targets at 8 clients: throughput >=
+1.5x, p50 <= 4x) and the same builds on 8 threads of one process (what the sidecar of one
+process could at best do with 8 clients). The ratios need idle cores to mean anything: the
+last line gives the load average.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -134,61 +137,85 @@ def concurrently(
     return time.perf_counter() - start, [t for ts in times for t in ts]
 
 
-def load(policies: Path, body: bytes, builds: int, in_process: Callable[[], object]) -> None:
-    """Throughput and latency with 1, 2 and 8 clients, ``--workers`` 1 and 2."""
+def _point(
+    port: int, body: bytes, clients: int, builds: int
+) -> tuple[float, list[float], Counter[str]]:
+    """(builds a second, each build's seconds, builds by answering worker) of ``builds``
+    posted by ``clients`` clients at once, each on a keep-alive connection of its own."""
+    headers = {"content-type": "application/json"}
+    pids: Counter[str] = Counter()
+    https = [httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) for _ in range(clients)]
+
+    def post(i: int) -> None:
+        r = https[i].post("/v1/build", content=body, headers=headers)
+        r.raise_for_status()
+        pids[r.headers.get("kilo-rules-worker", "main")] += 1
+
+    try:
+        concurrently(post, clients, 2 * clients)  # each worker's caches warm
+        pids.clear()
+        wall, times = concurrently(post, clients, builds)
+    finally:
+        for h in https:
+            h.close()
+    return builds / wall, times, pids
+
+
+def load(
+    policies: Path, body: bytes, builds: int, rounds: int, in_process: Callable[[], object]
+) -> None:
+    """Throughput and latency with 1, 2 and 8 clients, ``--workers`` 1 and 2: both servers
+    up at once, the points taken in turn, ``rounds`` times, so that a machine whose speed
+    drifts (a shared one) moves every point of a round alike; the ratios are each round's,
+    their median reported."""
     wall, _ = concurrently(lambda i: in_process(), 8, builds)
     local = builds / wall
-    print(f"\nload: {builds} builds a point; in process on 8 threads: {local:6.1f} builds/s")
-    print(f"{'workers':>7} {'clients':>7} {'builds/s':>9} {'p50':>9} {'p99':>9} {'pids':>5}")
-    headers = {"content-type": "application/json"}
-    verdicts = []
-    for workers in (1, 2):
-        port = free_port()
-        proc = start_sidecar(policies, port, workers)
-        try:
-            base: tuple[float, float] | None = None
-            for clients in (1, 2, 8):
-                pids: set[str] = set()
-                https = [
-                    httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
-                    for _ in range(clients)
-                ]
-
-                def post(i: int, https: list[httpx.Client] = https, pids: set[str] = pids) -> None:
-                    r = https[i].post("/v1/build", content=body, headers=headers)
-                    r.raise_for_status()
-                    pids.add(r.headers.get("kilo-rules-worker", "-"))
-                    r.read()
-
-                try:
-                    concurrently(post, clients, 2 * clients)  # each worker's caches warm
-                    wall, times = concurrently(post, clients, builds)
-                finally:
-                    for h in https:
-                        h.close()
-                rate, p50 = builds / wall, percentile(times, 0.5)
-                print(
-                    f"{workers:>7} {clients:>7} {rate:9.1f} {p50 * 1e3:6.1f} ms "
-                    f"{percentile(times, 0.99) * 1e3:6.1f} ms {len(pids - {'-'}) or 1:>5}"
-                )
-                if base is None:
-                    base = (rate, p50)
-                elif clients == 8:
-                    verdicts.append((workers, rate / base[0], p50 / base[1], rate / local))
-        finally:
+    print(
+        f"\nload: {builds} builds a point, {rounds} rounds; in process on 8 threads: "
+        f"{local:6.1f} builds/s"
+    )
+    print(
+        f"{'round':>5} {'workers':>7} {'clients':>7} {'builds/s':>9} {'p50':>9} {'p99':>9}  "
+        "by worker"
+    )
+    ports = {w: free_port() for w in (1, 2)}
+    procs = {w: start_sidecar(policies, ports[w], w) for w in ports}
+    ratios: dict[int, list[tuple[float, float, float]]] = {1: [], 2: []}
+    try:
+        for n in range(rounds):
+            for workers, port in ports.items():
+                base: tuple[float, float] | None = None
+                for clients in (1, 2, 8):
+                    rate, times, pids = _point(port, body, clients, builds)
+                    p50 = percentile(times, 0.5)
+                    shares = "/".join(str(c) for _, c in pids.most_common())
+                    print(
+                        f"{n + 1:>5} {workers:>7} {clients:>7} {rate:9.2f} {p50 * 1e3:6.0f} ms "
+                        f"{percentile(times, 0.99) * 1e3:6.0f} ms  {shares}"
+                    )
+                    if base is None:
+                        base = (rate, p50)
+                    elif clients == 8:
+                        ratios[workers].append((rate / base[0], p50 / base[1], rate / local))
+    finally:
+        for proc in procs.values():
             proc.send_signal(signal.SIGTERM)
+        for proc in procs.values():
             proc.wait(60)
-    for workers, speedup, slower, vs_local in verdicts:
+    for workers, got in ratios.items():
+        speedup, slower, vs_local = (statistics.median(r[i] for r in got) for i in range(3))
         print(
-            f"workers={workers}, 8 clients vs 1: throughput {speedup:4.2f}x (target >= 1.5x), "
-            f"p50 {slower:4.2f}x (target <= 4x); vs in process on 8 threads {vs_local:4.2f}x"
+            f"workers={workers}, 8 clients vs 1 (median of {len(got)} rounds): throughput "
+            f"{speedup:4.2f}x (target >= 1.5x), p50 {slower:4.2f}x (target <= 4x); "
+            f"vs in process on 8 threads {vs_local:4.2f}x"
         )
-    print(f"cpus: {os.cpu_count()}")
+    print(f"cpus: {os.cpu_count()}; load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 def main(argv: list[str]) -> None:
     """Print the latencies and their ratios."""
     builds = 100
+    load_builds, rounds = 32, 3
     part = "all"
     args = []
     it = iter(argv)
@@ -197,6 +224,10 @@ def main(argv: list[str]) -> None:
             builds = int(next(it))
         elif a == "--part":
             part = next(it)
+        elif a == "--load-builds":
+            load_builds = int(next(it))
+        elif a == "--rounds":
+            rounds = int(next(it))
         elif not a.startswith("--"):
             args.append(a)
     path = Path(args[0]) if args else (LARGEST if LARGEST.exists() else FALLBACK)
@@ -227,12 +258,12 @@ def main(argv: list[str]) -> None:
                 return apply_plan(plan, session_from_data(data["session"]), here)
 
             if part == "load":
-                load(policies, body, builds, in_process)
+                load(policies, body, load_builds, rounds, in_process)
                 return
             local = timed(in_process, builds)
             expected = apply_plan(plan, session_from_data(json.loads(body)["session"]), here)
             if part == "all":
-                load(policies, body, builds, in_process)
+                load(policies, body, load_builds, rounds, in_process)
 
         port = free_port()
         proc = start_sidecar(policies, port)

@@ -34,6 +34,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -52,8 +53,6 @@ from kilo_rules.engine.base.errors import KiloRulesError
 from kilo_rules.tools.serving.sidecar.metrics import Metrics, process_gone, share_values
 
 if TYPE_CHECKING:
-    import socket
-
     from kilo_rules.tools.serving.store import PolicyStore, ReloadResult
 
 __all__ = ["WORKER_HEADER", "WorkerPool"]
@@ -82,11 +81,19 @@ class _Worker:
 
 
 class _Tagged:
-    """An ASGI app that adds :data:`WORKER_HEADER` to every HTTP response of ``app``."""
+    """A worker's ASGI app: ``app``, with :data:`WORKER_HEADER` on every HTTP response, and
+    ``connection: close`` on those answered while the worker is answering others too.
+
+    A keep-alive connection stays with the worker that accepted it, and agents that start
+    together may all land on one worker while another idles. A busy worker closes the
+    connection after the answer, so the client's next request is accepted anew, most
+    likely by a worker with its interpreter free (on loopback a new connection costs a
+    fraction of a millisecond; a build, milliseconds)."""
 
     def __init__(self, app: Any, pid: int) -> None:
         self.app = app
         self.header = (WORKER_HEADER.encode(), str(pid).encode())
+        self.active = 0  # requests in progress (one event loop: no lock)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -95,10 +102,27 @@ class _Tagged:
 
         async def tagged(message: Any) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), self.header]}
+                extra = [self.header]
+                if self.active > 1:
+                    extra.append((b"connection", b"close"))
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
 
-        await self.app(scope, receive, tagged)
+        self.active += 1
+        try:
+            await self.app(scope, receive, tagged)
+        finally:
+            self.active -= 1
+
+
+class _OneAtATime(socket.socket):
+    """The listening socket as a worker hands it to asyncio, which ``listen``s on it again
+    with the backlog it will also take as the number of connections to accept at each
+    wake-up: here that stays the supervisor's backlog, and the number is 1 (see
+    :meth:`WorkerPool._work`)."""
+
+    def listen(self, backlog: int = 0, /) -> None:
+        pass  # the supervisor's listen() stands: the kernel's queue is shared by all
 
 
 class WorkerPool:
@@ -311,12 +335,19 @@ class WorkerPool:
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, lambda signum, frame: None)
         app = _Tagged(self._make_app(Metrics(self._shared), self._tell), os.getpid())
-        server = uvicorn.Server(self._make_config(app))
+        config = self._make_config(app)
+        # Every worker is woken by a connection arriving, and asyncio accepts up to
+        # ``backlog`` of them at each wake-up: one worker would take a burst of new
+        # connections (8 agents starting together) whole and keep them, keep-alive, while
+        # the other idled. One at a time, the worker whose loop is freer takes the next.
+        config.backlog = 1
+        server = uvicorn.Server(config)
+        listening = _OneAtATime(fileno=os.dup(self.sock.fileno()))
         threading.Thread(
             target=self._orphaned, args=(server,), name="kilo-rules-serve parent", daemon=True
         ).start()
         try:
-            server.run(sockets=[self.sock])
+            server.run(sockets=[listening])
         except SystemExit as exc:  # uvicorn could not start (it logged why)
             return exc.code if isinstance(exc.code, int) else 1
         return 0
