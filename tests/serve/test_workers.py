@@ -205,3 +205,40 @@ def test_a_worker_that_dies_is_replaced(policies: Path, tmp_path: Path) -> None:
         assert {marker for _, marker in spread(url, auth)} == {"rev-A"}
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
+
+
+def test_a_busy_worker_closes_the_connection_after_its_answer() -> None:
+    import asyncio
+
+    from kilo_rules.tools.serving.sidecar.workers import _Tagged
+
+    release = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] == "/slow":
+            await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    tagged = _Tagged(app, 4711)
+
+    async def call(path: str) -> dict[bytes, bytes]:
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        await tagged({"type": "http", "path": path}, None, send)
+        return dict(sent[0]["headers"])
+
+    async def main() -> tuple[dict[bytes, bytes], dict[bytes, bytes], dict[bytes, bytes]]:
+        slow = asyncio.create_task(call("/slow"))
+        await asyncio.sleep(0)  # the slow request is in progress
+        busy = await call("/fast")
+        release.set()
+        alone = await slow
+        return busy, alone, await call("/fast")
+
+    busy, alone, idle = asyncio.run(main())
+    assert busy == {WORKER_HEADER.encode(): b"4711", b"connection": b"close"}
+    assert alone == idle == {WORKER_HEADER.encode(): b"4711"}
