@@ -14,9 +14,9 @@ from kilo_rules.engine.formats.request import Approval, CacheMark, ModelMessage,
 from kilo_rules.engine.formats.session import Message, Session
 from kilo_rules.engine.providers import APIS, render, render_json
 from kilo_rules.engine.providers import anthropic as anthropic_wire
-from kilo_rules.engine.providers._shared import Fragments
 from kilo_rules.engine.runtime.apply import apply_plan
 from kilo_rules.engine.runtime.context import StepInput, Workspace
+from kilo_rules.engine.runtime.memo import Fragments
 
 from ..providers.provider_samples import sample_request
 from .helpers import assistant, model, session, text, tool, user
@@ -194,3 +194,64 @@ def test_session_facts_are_read_on_from_the_list_seen_before() -> None:
         got = memo.facts(other)
         expected = _facts_by_history(list(other))
         assert (got.messages, got.turns, got.compactions, got.has_summary, got.latest) == expected
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "shared"),
+    [
+        ([], [], 0),
+        ([1, 2, 3], [1, 2, 3], 3),
+        ([1, 2, 3], [1, 2, 3, 4], 3),
+        ([1, 2, 3, 4], [1, 2], 2),
+        ([1, 2, 3], [9, 2, 3], 0),
+        (list(range(100)), [*range(57), -1, *range(58, 100)], 57),
+        (list(range(100)), [*range(99), -1], 99),
+    ],
+)
+def test_common_prefix(a: list[int], b: list[int], shared: int) -> None:
+    from kilo_rules.engine.runtime.memo import common_prefix
+
+    assert common_prefix(a, b) == common_prefix(b, a) == shared
+
+
+def test_a_prefix_memo_makes_only_what_follows_the_shared_prefix() -> None:
+    from kilo_rules.engine.runtime.memo import PrefixMemo
+
+    memo: PrefixMemo[object, tuple[int, object]] = PrefixMemo()
+    made: list[object] = []
+
+    def make(i: int, item: object) -> tuple[int, object]:
+        made.append(item)
+        return (i, item)
+
+    items = [object() for _ in range(10)]
+    assert memo.values(items, make) == list(enumerate(items))
+    made.clear()
+    changed = [*items[:6], object(), *items[7:], object()]
+    assert memo.values(changed, make) == list(enumerate(changed))
+    assert made == changed[6:]  # from the first item that is not the one seen
+    made.clear()
+    assert memo.values(changed, make, context="other") == list(enumerate(changed))
+    assert made == changed  # another context shares nothing
+
+
+def test_a_prefix_memo_shares_between_a_tuple_and_a_list_and_under_a_key() -> None:
+    from kilo_rules.engine.runtime.memo import PrefixMemo
+
+    memo: PrefixMemo[object, int] = PrefixMemo()
+    made: list[int] = []
+
+    def make(i: int, _: object) -> int:
+        made.append(i)
+        return i
+
+    items = [object() for _ in range(5)]
+    memo.values(tuple(items), make)
+    made.clear()
+    memo.values([*items, object()], make)
+    assert made == [5]
+    # Under a key, the first item may be another (equal) object.
+    memo.values(["head", *items], make, key="s")
+    made.clear()
+    memo.values(["he" + "ad", *items, object()], make, key="s")
+    assert made == [6]

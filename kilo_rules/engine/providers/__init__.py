@@ -38,7 +38,7 @@ from typing import Any
 from kilo_rules.engine.formats import wireapi
 from kilo_rules.engine.formats.catalog import WIRE_BREAKPOINTS, signature_issuer
 from kilo_rules.engine.formats.request import Approval, ModelRequest
-from kilo_rules.engine.providers._shared import Fragments, dumps
+from kilo_rules.engine.providers._shared import FragmentStore, dumps
 from kilo_rules.engine.providers.registry import Renderer, WireApiSpec, register, spec, unregister
 
 __all__ = [
@@ -85,7 +85,7 @@ def render(request: ModelRequest, api: str) -> dict[str, Any]:
     return _check(api).render(_without_approvals(request))
 
 
-def render_json(request: ModelRequest, api: str, fragments: Fragments | None = None) -> str:
+def render_json(request: ModelRequest, api: str, fragments: FragmentStore | None = None) -> str:
     """The body of ``render(request, api)`` as the compact JSON text it is sent as
     (``json.dumps(body, ensure_ascii=False, separators=(",", ":"))``, byte for byte).
 

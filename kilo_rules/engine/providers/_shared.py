@@ -13,10 +13,9 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar
 
-from kilo_rules.engine.base.lru import LRUCache
 from kilo_rules.engine.formats.request import (
     Approval,
     CacheMark,
@@ -26,6 +25,8 @@ from kilo_rules.engine.formats.request import (
     Text,
     ToolResult,
 )
+
+T = TypeVar("T")
 
 _ID_OK = re.compile(r"^[a-zA-Z0-9_-]+$")
 _ID_BAD_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
@@ -215,11 +216,12 @@ class WireTurn:
     blocks: str
 
 
-def turns_json(turns: Iterable[WireTurn], key: str = "content") -> str:
+def turns_json(turns: Iterable[WireTurn], key: str = "content") -> Raw:
     """The JSON of :func:`merge_same_role` applied to the turns' messages
     (``{"role": …, key: [...]}`` each), built from their fragments: turns without blocks
-    are dropped, consecutive turns of one role become one."""
-    out: list[str] = []
+    are dropped, consecutive turns of one role become one. Left in pieces: the body joins
+    them once, so a long history is copied once per step, not once per level."""
+    out: list[str] = ["["]
     heads: dict[str, str] = {}
     field = dumps(key)
     role: str | None = None
@@ -238,29 +240,34 @@ def turns_json(turns: Iterable[WireTurn], key: str = "content") -> str:
                 head = heads[role] = f'{{"role":{dumps(role)},{field}:['
             out.append(head)
         out.append(blocks)
-    if role is not None:
-        out.append("]}")
-    return "[" + "".join(out) + "]"
+    out.append("]}]" if role is not None else "]")
+    return Raw(out)
 
 
 class Raw:
-    """JSON text already encoded, placed as is by :func:`body_json`."""
+    """JSON text already encoded (in pieces to be joined in order), placed as is by
+    :func:`body_json`."""
 
-    __slots__ = ("text",)
+    __slots__ = ("pieces",)
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
 
 
 def body_json(fields: Iterable[tuple[str, Any]]) -> str:
     """The JSON object of ``fields`` in order, each value encoded by :func:`dumps` unless
     it is :class:`Raw` text: byte-identical to ``dumps(dict(fields))`` with the raw values
     decoded."""
-    out = []
+    out: list[str] = []
     for name, value in fields:
-        text = value.text if isinstance(value, Raw) else dumps(value)
-        out.append(f"{dumps(name)}:{text}")
-    return "{" + ",".join(out) + "}"
+        out.append("," if out else "{")
+        out.append(dumps(name) + ":")
+        if isinstance(value, Raw):
+            out.extend(value.pieces)
+        else:
+            out.append(dumps(value))
+    out.append("}" if out else "{}")
+    return "".join(out)
 
 
 def without_approval_parts(msg: ModelMessage) -> ModelMessage:
@@ -272,29 +279,13 @@ def without_approval_parts(msg: ModelMessage) -> ModelMessage:
     return dataclasses.replace(msg, parts=parts)
 
 
-class Fragments:
-    """Rendered fragments of messages, per message object and wire API, kept across steps.
+class FragmentStore(Protocol):
+    """Where a renderer finds the fragments it rendered at earlier steps (the runtime's
+    :class:`kilo_rules.engine.runtime.memo.Fragments`)."""
 
-    A lowered message is immutable and the runtime hands the same object back every step
-    it is unchanged (its lowering is cached by content), so its fragment is found by
-    identity; a message whose context changed (a cache mark moved onto it, a new
-    environment block) is a new object and is rendered again. Bounded (least recently
-    used first) and thread-safe; two threads missing one message may both render it, with
-    equal results. The fragments are immutable text, so nothing a caller does with a body
-    built from them reaches the next body."""
-
-    def __init__(self, maxsize: int = 8192) -> None:
-        self._by_message: LRUCache[ModelMessage, dict[str, Any]] = LRUCache(
-            maxsize, by_identity=True
-        )
-
-    def get_or(self, msg: ModelMessage, api: str, make: Callable[[], Any]) -> Any:
-        """The fragment of ``msg`` on ``api``, made by ``make()`` the first time."""
-        per_api = self._by_message.get_or(msg, dict)
-        found = per_api.get(api)
-        if found is None:
-            found = per_api[api] = make()
-        return found
-
-    def __len__(self) -> int:
-        return len(self._by_message)
+    def turns(
+        self, messages: Sequence[ModelMessage], api: str, make: Callable[[ModelMessage], T]
+    ) -> list[T]:
+        """The fragment of each message on ``api``: ``make(message)`` for a message not
+        rendered before (the same object), the one made before otherwise."""
+        ...

@@ -32,7 +32,6 @@ a top-level ``cache_control``, which lets the API move one breakpoint forward by
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from kilo_rules.engine.formats import wireapi
@@ -50,8 +49,7 @@ from kilo_rules.engine.formats.request import (
 from kilo_rules.engine.providers._api_rules import CALL_ID, TOOL_NAME, ApiRules
 from kilo_rules.engine.providers._shared import (
     Entry,
-    Fragments,
-    Raw,
+    FragmentStore,
     WireTurn,
     body_json,
     decode_text,
@@ -86,7 +84,7 @@ def render(request: ModelRequest) -> dict[str, Any]:
     return dict(_fields(request, merge_same_role(turns)))
 
 
-def render_json(request: ModelRequest, fragments: Fragments | None = None) -> str:
+def render_json(request: ModelRequest, fragments: FragmentStore | None = None) -> str:
     """``render(request)`` as compact JSON text, each message's blocks taken from
     ``fragments`` when it was rendered before (``request`` may still hold approval parts:
     they are dropped one message at a time)."""
@@ -99,8 +97,8 @@ def render_json(request: ModelRequest, fragments: Fragments | None = None) -> st
     if fragments is None:
         turns = [turn(m) for m in conversation]
     else:
-        turns = [fragments.get_or(m, "anthropic", partial(turn, m)) for m in conversation]
-    return body_json(_fields(request, Raw(turns_json(turns))))
+        turns = fragments.turns(conversation, "anthropic", turn)
+    return body_json(_fields(request, turns_json(turns)))
 
 
 def _fields(request: ModelRequest, messages: Any) -> list[tuple[str, Any]]:

@@ -32,7 +32,7 @@ __all__ = ["RULES", "Renderer", "WireApiSpec", "register", "spec", "specs", "unr
 Renderer = Callable[[ModelRequest], dict[str, Any]]
 
 #: A renderer straight to the body's compact JSON text, reusing the fragments of messages
-#: it rendered at earlier steps (``Fragments``; None: render everything).
+#: it rendered at earlier steps (a ``FragmentStore``; None: render everything).
 TextRenderer = Callable[[ModelRequest, Any], str]
 
 

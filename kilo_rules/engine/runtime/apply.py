@@ -212,7 +212,8 @@ def _inject(st: StepState) -> list[dict[str, Any]]:
 
 def _lower(st: StepState) -> list[dict[str, Any]]:
     r = st.run
-    st.lowered = lower(st.view, lower_settings(r.plan, has_summary=st.has_summary), r.lower_cache)
+    settings = lower_settings(r.plan, has_summary=st.has_summary)
+    st.lowered = lower(st.view, settings, r.lower_cache, r.lower_lists, ("session", r.session.id))
     ins, files = step_instructions(r)
     found: list[dict[str, Any]] = []
     if ins.on_demand and ins.project_files:
@@ -221,7 +222,7 @@ def _lower(st: StepState) -> list[dict[str, Any]]:
         st.lowered, found = attach(
             st.lowered, ins.project_files, {f.path for f in files}, r.step.workspace
         )
-    st.pieces = [r.json.plain(m) for m in st.lowered]
+    st.pieces = r.json.plain_list(st.lowered)
     st.size = json_list_bytes(st.pieces)
     return found
 
@@ -407,7 +408,9 @@ def stage_cache(st: StepState) -> None:
             **step.options,
         },
     )
-    st.request, decided = place_markers(request, plan.cache_settings(automatic_enabled=automatic))
+    settings = plan.cache_settings(automatic_enabled=automatic)
+    key = ("session", r.session.id)
+    st.request, decided = place_markers(request, settings, r.marks, key)
     for d in decided:
         rest = {k: v for k, v in d.items() if k not in ("rule", "action", "reason")}
         severity = "warning" if d.get("action") == "warn" else "info"
@@ -521,7 +524,7 @@ def _dynamic_names(
     last = last_finished(view)
     t = last.tokens if last else None
     step = r.step
-    last_user = max((i for i, m in enumerate(lowered) if m.role == "user"), default=-1)
+    last_user = _last_index(lowered, "user")
     return {
         "session.turns": r.facts.turns,
         "session.messages": r.facts.messages,
@@ -547,6 +550,14 @@ def _dynamic_names(
         "env.platform": step.workspace.platform,
         "env.cwd": step.workspace.cwd,
     }
+
+
+def _last_index(messages: Sequence[ModelMessage], role: str) -> int:
+    """The index of the last message of ``role`` (-1: none), found from the end."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == role:
+            return i
+    return -1
 
 
 def _configured_output(r: StepRun, ctx: dict[str, Any]) -> int | None:

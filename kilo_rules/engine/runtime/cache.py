@@ -27,6 +27,7 @@ added (Kilo's newer behaviour for Anthropic automatic caching).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -40,6 +41,7 @@ from kilo_rules.engine.formats.request import (
     Text,
     ToolResult,
 )
+from kilo_rules.engine.runtime.memo import PrefixMemo
 
 #: Where a mark sits: ("tools", i), ("messages", i), ("messages", i, "parts", j) or
 #: ("messages", i, "parts", j, "content", k) for a part inside a tool result.
@@ -49,7 +51,10 @@ _ENVIRONMENT = "<environment_details>"
 
 
 def place_markers(
-    request: ModelRequest, settings: CacheSettings
+    request: ModelRequest,
+    settings: CacheSettings,
+    memo: PrefixMemo[ModelMessage, _Marks] | None = None,
+    key: Hashable = None,
 ) -> tuple[ModelRequest, list[dict[str, Any]]]:
     """Mark ``request`` by ``settings``; return it with one decision record per choice.
 
@@ -57,17 +62,22 @@ def place_markers(
     added; ``skip``: a wanted mark not added; ``off``: nothing placed; ``warn``),
     ``target`` (a JSON path such as ``messages[3].parts[1]``, or None), ``role``,
     ``reason``, ``ttl`` for added marks and ``client`` for kept ones. The request passed
-    in is not changed.
+    in is not changed. With ``memo`` (and the ``key`` of the session), the marks already
+    in the messages this request shares with the one marked before are not looked for
+    again.
     """
-    marked, decisions = _place(request, settings)
+    marked, decisions = _place(request, settings, memo, key)
     return marked, [{"rule": settings.rule, **d} for d in decisions]
 
 
 def _place(
-    request: ModelRequest, settings: CacheSettings
+    request: ModelRequest,
+    settings: CacheSettings,
+    memo: PrefixMemo[ModelMessage, _Marks] | None,
+    key: Hashable,
 ) -> tuple[ModelRequest, list[dict[str, Any]]]:
     decisions: list[dict[str, Any]] = []
-    existing = _existing(request)
+    existing = _existing(request, memo, key)
     taken = {_key(request, spot) for spot, _ in existing}
     room = max(0, settings.budget - len(taken))
     for spot, mark in existing:
@@ -109,11 +119,14 @@ def _place(
         else:
             budget = f"{why}; over the budget of {settings.budget} (later marks kept)"
             decisions.append(_record(request, "skip", spot, budget))
-    return _longest_first(request, decisions)
+    return _longest_first(request, decisions, memo, key)
 
 
 def _longest_first(
-    request: ModelRequest, decisions: list[dict[str, Any]]
+    request: ModelRequest,
+    decisions: list[dict[str, Any]],
+    memo: PrefixMemo[ModelMessage, _Marks] | None = None,
+    key: Hashable = None,
 ) -> tuple[ModelRequest, list[dict[str, Any]]]:
     """Raise the marks this stage added before a one-hour mark to one hour.
 
@@ -121,7 +134,7 @@ def _longest_first(
     five-minute one; a client's one-hour mark late in the conversation means the whole
     prefix before it is to be kept that long anyway. Client marks are never changed: two
     of them in the wrong order are reported."""
-    marks = _existing(request)
+    marks = _existing(request, memo, key)
     hours = [_position(request, spot) for spot, mark in marks if mark.ttl == "1h"]
     if not hours:
         return request, decisions
@@ -262,21 +275,41 @@ def _text_part(message: ModelMessage) -> int | None:
     return _stable_part(message, False)
 
 
-def _existing(request: ModelRequest) -> list[tuple[Spot, CacheMark]]:
+#: The marks in one message: (where in the message, the mark); () for the message itself.
+_Marks = tuple[tuple[Spot, CacheMark], ...]
+
+
+def _message_marks(_: int, msg: ModelMessage) -> _Marks:
+    found: list[tuple[Spot, CacheMark]] = []
+    if msg.cache is not None:
+        found.append(((), msg.cache))
+    for j, part in enumerate(msg.parts):
+        if part.cache is not None:
+            found.append((("parts", j), part.cache))
+        if isinstance(part, ToolResult):
+            for k, inner in enumerate(part.content):
+                if inner.cache is not None:
+                    found.append((("parts", j, "content", k), inner.cache))
+    return tuple(found)
+
+
+def _existing(
+    request: ModelRequest,
+    memo: PrefixMemo[ModelMessage, _Marks] | None = None,
+    key: Hashable = None,
+) -> list[tuple[Spot, CacheMark]]:
     found: list[tuple[Spot, CacheMark]] = []
     for i, tool in enumerate(request.tools):
         if tool.cache is not None:
             found.append((("tools", i), tool.cache))
-    for i, msg in enumerate(request.messages):
-        if msg.cache is not None:
-            found.append((("messages", i), msg.cache))
-        for j, part in enumerate(msg.parts):
-            if part.cache is not None:
-                found.append((("messages", i, "parts", j), part.cache))
-            if isinstance(part, ToolResult):
-                for k, inner in enumerate(part.content):
-                    if inner.cache is not None:
-                        found.append((("messages", i, "parts", j, "content", k), inner.cache))
+    messages = request.messages
+    if memo is None:
+        per_message = [_message_marks(i, m) for i, m in enumerate(messages)]
+    else:
+        per_message = memo.values(messages, _message_marks, None, key)
+    for i, marks in enumerate(per_message):
+        for where, mark in marks:
+            found.append((("messages", i, *where), mark))
     return found
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import itertools
 import urllib.parse
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,13 @@ from kilo_rules.engine.formats.session import (
     ToolPart,
 )
 from kilo_rules.engine.runtime.history import has_non_synthetic_part
-from kilo_rules.engine.runtime.memo import ContentKey, ContentMemo, UnkeyableError, data_key
+from kilo_rules.engine.runtime.memo import (
+    ContentKey,
+    ContentMemo,
+    PrefixMemo,
+    UnkeyableError,
+    data_key,
+)
 
 if TYPE_CHECKING:
     from kilo_rules.engine.compiler.plan import Plan
@@ -302,12 +309,17 @@ def lower(
     messages: Sequence[Message],
     settings: LowerSettings,
     cache: ContentMemo[Message, dict[tuple[LowerSettings, bool], list[ModelMessage]]] | None = None,
+    prefix: PrefixMemo[Message, list[ModelMessage]] | None = None,
+    key: Hashable = None,
 ) -> list[ModelMessage]:
     """Model messages for the (already projected) ``messages``.
 
     With ``cache``, a message lowered before with the same settings (the same object, or
     one of equal content) is not lowered again, and its lowered messages are the same
-    objects, so their JSON and counts are cached too."""
+    objects, so their JSON and counts are cached too. With ``prefix`` as well, the
+    messages the list shares with the one lowered last under ``key`` (the session's id:
+    the first message of a view may be made anew each step, by the environment block)
+    are not even looked up."""
     cutoff = -1
     if settings.strip_historical_media:
         for i in range(len(messages) - 1, -1, -1):
@@ -315,20 +327,28 @@ def lower(
             if m.role == "user" and has_non_synthetic_part(m):
                 cutoff = i
                 break
-    out: list[ModelMessage] = []
-    for i, msg in enumerate(messages):
+    if cache is None:
+        out: list[ModelMessage] = []
+        for i, msg in enumerate(messages):
+            checkpoint()
+            out.extend(_one(msg, settings, i < cutoff))
+        return out
+
+    def one(i: int, msg: Message) -> list[ModelMessage]:
         checkpoint()
         strip = i < cutoff
-        if cache is None:
-            out.extend(_one(msg, settings, strip))
-            continue
         by_settings = cache.get_or(msg, dict)
         key = (settings, strip)
         lowered = by_settings.get(key)
         if lowered is None:
             lowered = by_settings[key] = _one(msg, settings, strip)
-        out.extend(lowered)
-    return out
+        return lowered
+
+    if prefix is None:
+        per_message = [one(i, m) for i, m in enumerate(messages)]
+    else:
+        per_message = prefix.values(messages, one, (settings, cutoff), key)
+    return list(itertools.chain.from_iterable(per_message))
 
 
 def _one(msg: Message, settings: LowerSettings, strip: bool) -> list[ModelMessage]:

@@ -27,7 +27,7 @@ from kilo_rules.engine.formats.request import (
     ToolResult,
     ToolSpec,
 )
-from kilo_rules.engine.runtime.memo import IdentityLRU
+from kilo_rules.engine.runtime.memo import IdentityLRU, PrefixMemo
 from kilo_rules.engine.text.tokens import (
     CountCache,
     EstimateCounter,
@@ -219,6 +219,8 @@ class JsonCache:
         # One entry per message, [plain, stripped] (None: not made yet): a step asks for
         # both, and one look-up is what it costs per message.
         self._pieces: IdentityLRU[ModelMessage, list[Piece | None]] = IdentityLRU(maxsize)
+        self._plain_lists: PrefixMemo[ModelMessage, Piece] = PrefixMemo()
+        self._stripped_lists: PrefixMemo[ModelMessage, Piece] = PrefixMemo()
 
     def _piece(self, m: ModelMessage, strip: bool) -> Piece:
         extra = [0, 0]
@@ -249,6 +251,18 @@ class JsonCache:
                 piece = entry[0] = entry[0] or self._piece(m, False)
             entry[1] = piece
         return piece
+
+    def plain_list(self, messages: Sequence[ModelMessage]) -> list[Piece]:
+        """:meth:`plain` of each message; those the list shares with the one asked for last
+        (by its first message) are taken over without a look-up."""
+        return self._plain_lists.values(messages, lambda _, m: self.plain(m))
+
+    def stripped_list(self, messages: Sequence[ModelMessage]) -> list[Piece]:
+        """:meth:`stripped` of each message, as :meth:`plain_list` reuses them. The leading
+        system messages (made anew every step) are looked up one by one."""
+        k = _leading_system(messages)
+        head = [self.stripped(m) for m in messages[:k]]
+        return head + self._stripped_lists.values(messages[k:], lambda _, m: self.stripped(m))
 
     def count(self, pieces: Sequence[Piece]) -> int:
         """``counter``'s count of the messages of ``pieces`` (their JSON list, for an
@@ -305,19 +319,35 @@ def measure(
 ) -> Measure:
     """Kilo's preflight ``measure`` (spec §4)."""
     cache = cache or JsonCache(counter)
-    pieces = [cache.stripped(m) for m in messages]
+    pieces = cache.stripped_list(messages)
     extra = sum(p.extra for p in pieces)
     media = sum(p.media for p in pieces)
     chars = cache.count(pieces)
     tool_tokens = counter(_tools_json(tools))
     normalized = math.ceil((chars + tool_tokens) * factor)
     raw = math.ceil((chars + extra + tool_tokens) * factor)
-    last_assistant = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    last_assistant = _last_index(messages, "assistant")
     tail = math.ceil(cache.count(pieces[last_assistant + 1 :]) * factor)
     system_chars = sum(
         len(p.text) for m in messages if m.role == "system" for p in m.parts if isinstance(p, Text)
     )
     overhead = math.ceil((tool_tokens + math.floor(system_chars / 4 + 0.5)) * factor)
-    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    last_user = _last_index(messages, "user")
     continuation = any(m.role == "tool" for m in messages[last_user + 1 :])
     return Measure(chars, tool_tokens, extra, normalized, raw, tail, overhead, continuation, media)
+
+
+def _leading_system(messages: Sequence[ModelMessage]) -> int:
+    """How many system messages the list starts with."""
+    k = 0
+    while k < len(messages) and messages[k].role == "system":
+        k += 1
+    return k
+
+
+def _last_index(messages: Sequence[ModelMessage], role: str) -> int:
+    """The index of the last message of ``role`` (-1: none), found from the end."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == role:
+            return i
+    return -1

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kilo_rules.engine.base.lru import LRUCache
 from kilo_rules.engine.formats.session import Message
@@ -20,6 +20,7 @@ from kilo_rules.engine.runtime.history import compaction_part, is_completed_summ
 
 K = TypeVar("K")
 V = TypeVar("V")
+T = TypeVar("T")
 
 
 class IdentityLRU(LRUCache[K, V]):
@@ -175,3 +176,94 @@ def _extend(scan: _Scan, messages: list[Message], start: int) -> _Scan:
         has_summary = has_summary or bool(m.summary and m.finish)
         latest = max(latest, m.created)
     return _Scan(messages, ids, tuple(parents), turns, has_summary, latest)
+
+
+def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
+    """How many leading items ``a`` and ``b`` share: found by halving, each comparison a
+    slice comparison in C, which takes the same objects as equal without looking inside
+    (objects that are not the same are compared by value, so equal content counts too)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi - 1:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class PrefixMemo(Generic[K, V]):
+    """Per-item values of a list, the values of the items it shares with the list seen
+    before taken over without a look-up.
+
+    Step k+1 of an agent sends what step k sent and a little more: the lists are found by
+    their first item (by identity) and the context the values were made in (equal
+    contexts only), their common prefix is found at C speed (:func:`common_prefix`), and
+    only the items after it are looked up or made. Bounded and thread-safe: an entry is
+    replaced whole, never changed."""
+
+    def __init__(self, maxsize: int = 256) -> None:
+        self._lists: LRUCache[Hashable, tuple[Hashable, list[K], list[V]]] = LRUCache(maxsize)
+
+    def values(
+        self,
+        items: Sequence[K],
+        make: Callable[[int, K], V],
+        context: Hashable = None,
+        key: Hashable = None,
+    ) -> list[V]:
+        """``make(index, item)`` for every item, reusing the values of the shared prefix
+        (whose items sit at the same indexes). The list seen before is the one stored
+        under ``key`` (by default: under its first item, by identity)."""
+        if not items:
+            return []
+        seq = items if isinstance(items, list) else list(items)  # a list equals no tuple
+        # An identity key is safe: the entry holds the item, so its id is not reused.
+        slot = key if key is not None else (PrefixMemo, id(seq[0]))
+        entry = self._lists.get(slot)
+        n = 0
+        out: list[V] = []
+        if entry is not None and entry[0] == context:
+            n = common_prefix(entry[1], seq)
+            out = entry[2][:n]
+        if n < len(seq) or entry is None:
+            out.extend(make(i, seq[i]) for i in range(n, len(seq)))
+            self._lists.put(slot, (context, list(seq), out))
+        return out
+
+
+class Fragments:
+    """The rendered wire text of lowered messages, per message object and wire API, kept
+    across steps (the providers' :class:`~kilo_rules.engine.providers._shared.FragmentStore`).
+
+    A lowered message is immutable and the runtime hands the same object back every step
+    it is unchanged (lowering is cached by content), so its fragment is found by identity:
+    first along the list rendered last (:class:`PrefixMemo`), then in a bounded map; a
+    message whose context changed (a cache mark moved onto it, a new environment block) is
+    a new object and is rendered again. The fragments are immutable text, so nothing a
+    caller does with a body built from them reaches the next body. Thread-safe; two
+    threads missing one message may both render it, with equal results."""
+
+    def __init__(self, maxsize: int = 8192) -> None:
+        self._by_message: IdentityLRU[object, dict[str, Any]] = IdentityLRU(maxsize)
+        self._lists: dict[str, PrefixMemo[object, Any]] = {}
+
+    def turns(self, messages: Sequence[Any], api: str, make: Callable[[Any], T]) -> list[T]:
+        """The fragment of each of ``messages`` on ``api``, ``make(message)`` when new."""
+        lists = self._lists.get(api)
+        if lists is None:
+            lists = self._lists.setdefault(api, PrefixMemo())
+
+        def one(_: int, msg: Any) -> T:
+            per_api = self._by_message.get_or(msg, dict)
+            found = per_api.get(api)
+            if found is None:
+                found = per_api[api] = make(msg)
+            return found
+
+        return lists.values(messages, one)
+
+    def __len__(self) -> int:
+        return len(self._by_message)

@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from kilo_rules.engine.base.errors import Location
 from kilo_rules.engine.formats.session import Message, Session, TokenUsage
-from kilo_rules.engine.providers._shared import Fragments
 from kilo_rules.engine.runtime.context import StepInput
 from kilo_rules.engine.runtime.lower import lowering_key
 from kilo_rules.engine.runtime.measure import JsonCache
-from kilo_rules.engine.runtime.memo import ContentMemo, FactsMemo
+from kilo_rules.engine.runtime.memo import ContentMemo, FactsMemo, Fragments, PrefixMemo
 from kilo_rules.engine.text.tokens import CountCache, EstimateCounter, TokenCounter, counter_for
 
 if TYPE_CHECKING:
@@ -96,6 +95,8 @@ class PlanCaches:
     warning: str | None  # why the policy's counter could not be used
     json: JsonCache  # per-message JSON and token counts
     lower: ContentMemo[Any, Any]  # lowered messages per session message
+    lower_lists: PrefixMemo[Any, Any]  # the same, along the message list lowered last
+    marks: PrefixMemo[Any, Any]  # the cache marks in each message of the request
     fragments: Fragments  # rendered wire text per lowered message and wire API
     facts: FactsMemo  # the session-wide facts, read on from the list seen last
 
@@ -130,6 +131,8 @@ def plan_caches(plan: Plan) -> PlanCaches:
             warning,
             JsonCache(counter.count),
             ContentMemo(lowering_key),
+            PrefixMemo(),
+            PrefixMemo(),
             Fragments(),
             FactsMemo(),
         )
@@ -158,6 +161,8 @@ class StepRun:
         warning = caches.warning
         self.json = caches.json
         self.lower_cache = caches.lower
+        self.lower_lists = caches.lower_lists
+        self.marks = caches.marks
         self.fragments = caches.fragments
         #: The session-wide facts (``session.*`` values, the newest time), read once.
         self.facts = caches.facts.facts(session.messages)
