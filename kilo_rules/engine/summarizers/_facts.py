@@ -71,6 +71,7 @@ _EXTENSION_WORDS = (
 )
 _EXTENSIONS = frozenset(_EXTENSION_WORDS.split())
 _TOKEN = re.compile(r"[^\s'\"`()<>\[\]{},;:=|&*?!$]+")
+_HAS_LETTER = re.compile(r"[A-Za-z]")
 _ERROR_LINE = re.compile(
     r"\b[A-Z]\w*(?:Error|Exception)\b(?::|$)"
     r"|^(?:error|fatal|panic|ERROR|FATAL|FAILED|FAIL)\b"
@@ -174,18 +175,15 @@ def text_paths(text: str, limit: int = 40) -> list[str]:
     out: dict[str, None] = {}
     for tok in _TOKEN.findall(text):
         tok = tok.rstrip(".")
-        if (
-            not tok
-            or tok.startswith(("//", "/dev/", "/proc/"))
-            or "://" in tok
-            or not re.search(r"[A-Za-z]", tok)
-        ):
+        if not tok or tok.startswith(("//", "/dev/", "/proc/")) or "://" in tok:
             continue
         last = tok.rsplit("/", 1)[-1]
         ext = last.rsplit(".", 1)[-1].lower() if "." in last[1:] else ""
-        if ext in _EXTENSIONS or (
+        path_like = ext in _EXTENSIONS or (
             "/" in tok and tok.startswith(("/", "./", "../", "~/")) and tok.count("/") >= 2
-        ):
+        )
+        # The letter test last: most tokens are words that are no path at all.
+        if path_like and _HAS_LETTER.search(tok):
             out[tok] = None
             if len(out) >= limit:
                 break
