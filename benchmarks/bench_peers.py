@@ -105,12 +105,22 @@ def plan_for(window: int, counter: str, policy_dir: Path, base: str = DEFAULT_PO
     ``counter``."""
     policy = policy_dir / "bench.yaml"
     spec = "tiktoken:cl100k_base" if counter == "tiktoken" else "estimate"
+    if _is_file(base):
+        # A policy reads files only from its own folder: a copy beside the bench policy.
+        copy = policy_dir / "base.yaml"
+        copy.write_text(Path(base).read_text(encoding="utf-8"), encoding="utf-8")
+        base = "./base.yaml"
     policy.write_text(
         f"version: 1\nname: bench\nextends: {json.dumps(base)}\ntokens: {{counter: '{spec}'}}\n",
         encoding="utf-8",
     )
     compile_module.clear_cache()
     return compile_policy(policy, model_from_data(model_for(window)))
+
+
+def _is_file(policy: str) -> bool:
+    """Whether ``policy`` names a file rather than a bundled policy."""
+    return "/" in policy or policy.endswith((".yaml", ".yml"))
 
 
 # --- one tiktoken measure for every request -------------------------------------------
@@ -591,9 +601,7 @@ def main(argv: Sequence[str]) -> int:
     except ImportError as exc:
         print(f"bench_peers needs the bench extra (pip install -e '.[bench]'): {exc}")
         return 2
-    policy = args.policy
-    if "/" in policy or policy.endswith((".yaml", ".yml")):  # a file: the bench policy
-        policy = str(Path(policy).resolve())  # lives in a temporary folder
+    policy = str(Path(args.policy).resolve()) if _is_file(args.policy) else args.policy
     paths = args.sessions or largest_sessions(args.count)
     windows = [int(w) for w in args.windows.split(",")]
     sessions = [Prepared.load(p) for p in paths]
