@@ -11,7 +11,8 @@ it holds across machines:
   messages with the plan's counter. The step is ``apply_plan`` and ``body()`` (the bytes
   sent) — target <= 1.3x;
 * **re-read step** (a stateless service: the session parsed from its JSON every step,
-  parse included) vs the floor plus ``json.loads`` of the session text — target <= 1.5x;
+  parse included, by a ``SessionReader`` that read step k) vs the floor plus
+  ``json.loads`` of the session text — target <= 1.5x;
 * **after a compaction**: the session repeated 1x..10x, then a completed summary and a
   short tail; a warm step on the tail, fitted as ``time ~ history**k`` — target k <= 0.1;
 * **compaction step** (the runtime compacts with the extractive summarizer on a 100k
@@ -43,6 +44,7 @@ from kilo_rules.engine.formats.session import (
     CompactionPart,
     Message,
     Session,
+    SessionReader,
     TextPart,
     ToolPart,
     session_from_json,
@@ -181,9 +183,11 @@ def reread_step(session: Session) -> Figure:
         text = cut(session, end).model_dump_json()
 
         def one(prev_text: str = prev_text, text: str = text) -> float:
-            plan = fresh_plan()
-            _step(plan, session_from_json(prev_text))
-            return _timed(lambda: _step(plan, session_from_json(text)))
+            # A reader and a plan of their own, both of which have seen step k only: the
+            # new messages of step k+1 are parsed, lowered and rendered for the first time.
+            plan, reader = fresh_plan(), SessionReader()
+            _step(plan, reader.read(prev_text))
+            return _timed(lambda: _step(plan, reader.read(text)))
 
         took = min(one() for _ in range(REPEAT))
         request = apply_plan(fresh_plan(), session_from_json(text), STEP).request
