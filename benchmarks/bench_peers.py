@@ -15,8 +15,8 @@ assistant message) three ways:
   message; its step includes any prune or compaction it runs;
 * LiteLLM ``litellm.utils.trim_messages(model="gpt-4")`` (tiktoken ``cl100k_base``);
 * LangChain ``langchain_core.messages.trim_messages`` (strategy ``last``, the system
-  message kept, starting on a human message, as its documentation recommends) with a
-  tiktoken counter.
+  message kept, starting on a human or an assistant message: see
+  :data:`LANGCHAIN_START_ON`) with a tiktoken counter.
 
 The peers get the full history in OpenAI chat form (LangChain's messages built from it),
 with kilo's system prompt first, and a budget of window - output cap - the tool definitions
@@ -27,9 +27,10 @@ evenly over each session, and all medians are over those same steps.
 Per window the report gives the median ms per step of each, the ratio peer / kilo-rules
 (target >= 10x; on the steps both ran, should kilo-rules stop early), how many requests are
 over budget (each request counted with tiktoken the same way for all three — system,
-messages, tool calls and results, tool definitions — against window - output cap), and
-orphans (a tool result without its call or a call without its result). Timings of one run
-on a shared machine: compare runs with ``farm-bench``.
+messages, tool calls and results, tool definitions — against window - output cap),
+orphans (a tool result without its call or a call without its result) and the median
+request size (what each kept of the history). Timings of one run on a shared machine:
+compare runs with ``farm-bench``.
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ TARGET = 10.0
 #: LiteLLM's tokenizer for this model is tiktoken cl100k_base, the encoding counted here.
 LITELLM_MODEL = "gpt-4"
 DEFAULT_POLICY = "kilo-default"
+#: LangChain's documentation has trimmed histories start on a human message; an agent
+#: session has one human message and then only assistant and tool messages, so that alone
+#: keeps nothing but the system prompt once trimming starts. A history may also start on
+#: an assistant message (its tool results follow it), which keeps every pair whole.
+LANGCHAIN_START_ON = ("human", "ai")
 DEFAULT_STEPS = 6
 
 
@@ -364,18 +370,22 @@ class Tally:
     times: dict[tuple[str, int], float] = field(default_factory=dict)
     over: int = 0
     orphans: int = 0
+    #: tokens of each request: how much of the history the budget let it keep
+    tokens: list[int] = field(default_factory=list)
 
     def add(
         self, step: tuple[str, int], seconds: float, tokens: int, budget: int, orphans: int
     ) -> None:
         """Count one request: its time, whether it is over ``budget``, its orphans."""
         self.times[step] = seconds
+        self.tokens.append(tokens)
         self.over += int(tokens > budget)
         self.orphans += orphans
 
     def merge(self, other: Tally) -> None:
         """Add ``other``'s steps to these."""
         self.times.update(other.times)
+        self.tokens += other.tokens
         self.over += other.over
         self.orphans += other.orphans
 
@@ -383,6 +393,11 @@ class Tally:
     def median_ms(self) -> float:
         """Median time per step, in ms."""
         return self.median_of(self.times)
+
+    @property
+    def median_tokens(self) -> int:
+        """Median size of its requests, in tokens."""
+        return int(statistics.median(self.tokens)) if self.tokens else 0
 
     def median_of(self, steps: Iterable[tuple[str, int]]) -> float:
         """Median time of ``steps`` (those of them this contender ran), in ms."""
@@ -509,7 +524,7 @@ def run_window(
                 token_counter=measure.langchain,
                 strategy="last",
                 include_system=True,
-                start_on="human",
+                start_on=LANGCHAIN_START_ON,
                 allow_partial=False,
             )
         )
@@ -560,7 +575,8 @@ def largest_sessions(n: int) -> list[Path]:
 
 HEADER = (
     f"{'window':>7} {'session':<44} {'steps':>7} {'kilo ms':>8} {'litellm ms':>10} "
-    f"{'x':>6} {'langchain ms':>12} {'x':>6}  over k/li/lc  orphans k/li/lc  compactions"
+    f"{'x':>6} {'langchain ms':>12} {'x':>6}  over k/li/lc  orphans k/li/lc  compactions  "
+    "tokens k/li/lc"
 )
 
 
@@ -573,7 +589,8 @@ def row(r: WindowReport) -> str:
         f"{r.langchain.median_ms:>12.2f} {r.ratio(r.langchain):>5.1f}x  "
         f"{r.kilo.over:>4}/{r.litellm.over}/{r.langchain.over}"
         f"  {r.kilo.orphans:>7}/{r.litellm.orphans}/{r.langchain.orphans}"
-        f"  {r.compactions:>11}"
+        f"  {r.compactions:>11}  "
+        f"{r.kilo.median_tokens}/{r.litellm.median_tokens}/{r.langchain.median_tokens}"
     )
 
 
@@ -613,7 +630,7 @@ def main(argv: Sequence[str]) -> int:
     print(
         f"kilo-rules: {policy}, counter {args.counter}; peers: LiteLLM "
         f"trim_messages(model={LITELLM_MODEL!r}), LangChain trim_messages(strategy='last', "
-        "tiktoken cl100k_base); output cap "
+        f"start_on={LANGCHAIN_START_ON}, tiktoken cl100k_base); output cap "
         "min(8192, window/4); ratio = peer median / kilo-rules median (target >= 10x)"
     )
     print(HEADER)
