@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,7 +209,7 @@ def test_allow_rollback_reaches_the_store_settings(tmp_path: Path) -> None:
     (policies / "team.yaml").write_text(
         "version: 1\nname: team\nextends: kilo-default\n", encoding="utf-8"
     )
-    base = {"dir": str(policies), "bundle": None, "url": None, "public_key": None}
+    base: dict[str, Any] = {"dir": str(policies), "bundle": None, "url": None, "public_key": None}
     base |= {"cache_dir": None, "watch": False, "poll": None}
     for flag in (False, True):
         store = open_store(argparse.Namespace(**base, allow_rollback=flag))

@@ -4,6 +4,7 @@ on stderr about a refused revision, and the exit code of a port it cannot listen
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import re
 import signal
@@ -182,7 +183,7 @@ def test_a_server_that_cannot_start_exits_2_not_3(
     other.bind(("127.0.0.1", port))
     other.listen()
     monkeypatch.setattr(serve_cli, "_bind", lambda host, p: ours)
-    monkeypatch.setattr(serve_cli.gc, "freeze", lambda: None)
+    monkeypatch.setattr(gc, "freeze", lambda: None)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     monkeypatch.setenv("KILO_RULES_STORE_WORK_DIR", str(tmp_path / "work"))
     try:
@@ -201,13 +202,11 @@ def test_a_server_uvicorn_cannot_start_exits_2_not_3(
 ) -> None:
     import uvicorn
 
-    import kilo_rules.tools.cli.serve as serve_cli
-
     def refuses(self: Any, sockets: Any = None) -> None:
         raise SystemExit(3)  # uvicorn's STARTUP_FAILURE, its reason logged by uvicorn
 
     monkeypatch.setattr(uvicorn.Server, "run", refuses)
-    monkeypatch.setattr(serve_cli.gc, "freeze", lambda: None)
+    monkeypatch.setattr(gc, "freeze", lambda: None)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     monkeypatch.setenv("KILO_RULES_STORE_WORK_DIR", str(tmp_path / "work"))
     assert main(["serve", "--dir", str(policy_dir), "--port", "0"]) == 2
