@@ -242,3 +242,27 @@ def test_a_busy_worker_closes_the_connection_after_its_answer() -> None:
     busy, alone, idle = asyncio.run(main())
     assert busy == {WORKER_HEADER.encode(): b"4711", b"connection": b"close"}
     assert alone == idle == {WORKER_HEADER.encode(): b"4711"}
+
+
+def test_each_model_built_for_is_reported_once(policy_dir: Path, live_factory: Any) -> None:
+    """What a worker tells its supervisor, whose store then checks later revisions for it."""
+    from kilo_rules.tools.serving.store import PolicyStore
+
+    told: list[str] = []
+    live = live_factory(PolicyStore.from_directory(policy_dir), on_model=told.append)
+    inline = {
+        "id": "t/inline",
+        "provider": "anthropic",
+        "family": "claude",
+        "api_id": "claude-t",
+        "api": "anthropic",
+        "limits": {"context": 200_000, "output": 8_000},
+    }
+    with live.client() as http:
+        statuses = [
+            http.post("/v1/build", json={"session": small_session(), "model": model}).status_code
+            for model in (MODEL, MODEL, inline, "openai/gpt-5", "no/such-model")
+        ]
+    assert statuses == [200, 200, 200, 200, 404]
+    # Built, by catalog id, once each: not a model described inline, not one that failed.
+    assert told == [MODEL, "openai/gpt-5"]
