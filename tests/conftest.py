@@ -56,11 +56,12 @@ def _engine_bodies_are_acceptable(
 
     render_json = providers.render_json
 
-    def checked(model_request: Any, api: str, fragments: Any = None) -> str:
-        text = render_json(model_request, api, fragments)
-        problems = check_body(json.loads(text), api, BodyContext(model_request.model))
+    def checked(model_request: Any, api: str, fragments: Any = None) -> bytes:
+        wire = render_json(model_request, api, fragments)
+        body = json.loads(wire.decode("utf-8", "surrogatepass"))
+        problems = check_body(body, api, BodyContext(model_request.model))
         assert not problems, "\n".join(str(p) for p in problems)
-        return text
+        return wire
 
     monkeypatch.setattr(providers, "render_json", checked)
 

@@ -297,7 +297,7 @@ def _check(
         report.violations["wire-schema"].append(f"{where}: {first}")
 
 
-def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bytes, str, str]]:
     """Every body rendered from now on, as (body, wire API, model), in order.
 
     The test takes the conftest's check of every body over: a body a step returns gets
@@ -307,9 +307,9 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
     import kilo_rules.engine.providers as providers
 
     render_json = providers.render_json
-    built: list[tuple[str, str, str]] = []
+    built: list[tuple[bytes, str, str]] = []
 
-    def recorded(model_request: Any, api: str, fragments: Any = None) -> str:
+    def recorded(model_request: Any, api: str, fragments: Any = None) -> bytes:
         text = render_json(model_request, api, fragments)
         built.append((text, api, model_request.model))
         return text
@@ -319,7 +319,7 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
 
 
 def _check_dropped(
-    report: Report, where: str, built: list[tuple[str, str, str]], sent: Sent | Failed
+    report: Report, where: str, built: list[tuple[bytes, str, str]], sent: Sent | Failed
 ) -> None:
     """The conftest's check on the bodies built since the last step but not returned."""
     returned = sent.result.wire if isinstance(sent, Sent) else None
@@ -374,7 +374,7 @@ def test_a_dropped_body_is_checked_and_a_returned_one_left_to_check() -> None:
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
             ],
         }
-    )
+    ).encode()
     report = Report()
     _check_dropped(
         report, "s step 1", [(bad, "anthropic", "claude-sonnet-4-5")], Failed(1, "m", "x")

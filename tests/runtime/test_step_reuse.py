@@ -77,9 +77,9 @@ def test_the_wire_text_is_the_rendered_body_byte_for_byte(api: str) -> None:
     fragments = Fragments()
     for request in _requests():
         expected = _dumps(render(request, api))
-        assert render_json(request, api) == expected
-        assert render_json(request, api, fragments) == expected
-        assert render_json(request, api, fragments) == expected  # from the fragments
+        assert render_json(request, api).decode() == expected
+        assert render_json(request, api, fragments).decode() == expected
+        assert render_json(request, api, fragments).decode() == expected  # from fragments
 
 
 def test_a_step_renders_only_the_messages_that_changed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -255,3 +255,18 @@ def test_a_prefix_memo_shares_between_a_tuple_and_a_list_and_under_a_key() -> No
     made.clear()
     memo.values(["he" + "ad", *items, object()], make, key="s")
     assert made == [6]
+
+
+def test_the_wire_is_utf8_and_body_its_text_whatever_the_characters() -> None:
+    plan = _plan()
+    s = session(user("u0", "plain"), assistant("a0", text("a0-t", "wide \U0001f600 \u00e9")))
+    result = apply_plan(plan, s, STEP)
+    assert result.wire == result.body().encode("utf-8")
+    assert result.body() == _dumps(render(result.model_request, "anthropic"))
+    # A lone surrogate (valid in JSON text, not in UTF-8) keeps its three bytes.
+    lone = replace(
+        sample_request(), messages=(ModelMessage("user", (Text("half \ud800 of a pair"),)),)
+    )
+    for api in APIS:
+        wire = render_json(lone, api, Fragments())
+        assert wire.decode("utf-8", "surrogatepass") == _dumps(render(lone, api))

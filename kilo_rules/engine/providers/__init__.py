@@ -38,7 +38,7 @@ from typing import Any
 from kilo_rules.engine.formats import wireapi
 from kilo_rules.engine.formats.catalog import WIRE_BREAKPOINTS, signature_issuer
 from kilo_rules.engine.formats.request import Approval, ModelRequest
-from kilo_rules.engine.providers._shared import FragmentStore, dumps
+from kilo_rules.engine.providers._shared import FragmentStore, dumps, encode
 from kilo_rules.engine.providers.registry import Renderer, WireApiSpec, register, spec, unregister
 
 __all__ = [
@@ -85,9 +85,10 @@ def render(request: ModelRequest, api: str) -> dict[str, Any]:
     return _check(api).render(_without_approvals(request))
 
 
-def render_json(request: ModelRequest, api: str, fragments: FragmentStore | None = None) -> str:
-    """The body of ``render(request, api)`` as the compact JSON text it is sent as
-    (``json.dumps(body, ensure_ascii=False, separators=(",", ":"))``, byte for byte).
+def render_json(request: ModelRequest, api: str, fragments: FragmentStore | None = None) -> bytes:
+    """The body of ``render(request, api)`` as the bytes it is sent as: the compact JSON
+    (``json.dumps(body, ensure_ascii=False, separators=(",", ":"))``) in UTF-8, byte for
+    byte (a lone surrogate kept as its three bytes, ``surrogatepass``).
 
     With ``fragments``, a wire API that renders message by message reuses the text of the
     messages it rendered before (the same objects), so a step renders only the messages
@@ -95,7 +96,7 @@ def render_json(request: ModelRequest, api: str, fragments: FragmentStore | None
     record = _check(api)
     if record.render_json is not None:
         return record.render_json(request, fragments)
-    return dumps(record.render(_without_approvals(request)))
+    return encode(dumps(record.render(_without_approvals(request))))
 
 
 def _without_approvals(request: ModelRequest) -> ModelRequest:

@@ -200,6 +200,17 @@ def settle_marks(
     return kept, leftover
 
 
+def encode(text: str) -> bytes:
+    """``text`` as the UTF-8 bytes sent; a lone surrogate (which JSON text may hold) is
+    kept as its three bytes, so decoding the same way gives the text back."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def decode(data: bytes) -> str:
+    """The text :func:`encode` made ``data`` from."""
+    return data.decode("utf-8", "surrogatepass")
+
+
 def dumps(value: Any) -> str:
     """``value`` as the body is sent: compact JSON, UTF-8 text unescaped. The encoding is
     compositional (a list's JSON is its items' JSON joined by commas in brackets), which is
@@ -210,10 +221,12 @@ def dumps(value: Any) -> str:
 @dataclasses.dataclass(frozen=True, slots=True)
 class WireTurn:
     """One message's rendered JSON on a wire whose turns of one role merge: its role and
-    the JSON of its content blocks, comma-joined without the brackets ("" for none)."""
+    the JSON of its content blocks, comma-joined without the brackets, as UTF-8 (b"" for
+    none). Bytes, not text: a Python string of one emoji holds four bytes per character,
+    and a body joined from fragments would be that wide throughout."""
 
     role: str
-    blocks: str
+    blocks: bytes
 
 
 def turns_json(turns: Iterable[WireTurn], key: str = "content") -> Raw:
@@ -221,8 +234,8 @@ def turns_json(turns: Iterable[WireTurn], key: str = "content") -> Raw:
     (``{"role": …, key: [...]}`` each), built from their fragments: turns without blocks
     are dropped, consecutive turns of one role become one. Left in pieces: the body joins
     them once, so a long history is copied once per step, not once per level."""
-    out: list[str] = ["["]
-    heads: dict[str, str] = {}
+    out: list[bytes] = [b"["]
+    heads: dict[str, bytes] = {}
     field = dumps(key)
     role: str | None = None
     for turn in turns:
@@ -230,44 +243,44 @@ def turns_json(turns: Iterable[WireTurn], key: str = "content") -> Raw:
         if not blocks:
             continue
         if turn.role == role:
-            out.append(",")
+            out.append(b",")
         else:
             if role is not None:
-                out.append("]},")
+                out.append(b"]},")
             role = turn.role
             head = heads.get(role)
             if head is None:
-                head = heads[role] = f'{{"role":{dumps(role)},{field}:['
+                head = heads[role] = encode(f'{{"role":{dumps(role)},{field}:[')
             out.append(head)
         out.append(blocks)
-    out.append("]}]" if role is not None else "]")
+    out.append(b"]}]" if role is not None else b"]")
     return Raw(out)
 
 
 class Raw:
-    """JSON text already encoded (in pieces to be joined in order), placed as is by
+    """JSON already encoded as UTF-8 (in pieces to be joined in order), placed as is by
     :func:`body_json`."""
 
     __slots__ = ("pieces",)
 
-    def __init__(self, pieces: list[str]) -> None:
+    def __init__(self, pieces: list[bytes]) -> None:
         self.pieces = pieces
 
 
-def body_json(fields: Iterable[tuple[str, Any]]) -> str:
-    """The JSON object of ``fields`` in order, each value encoded by :func:`dumps` unless
-    it is :class:`Raw` text: byte-identical to ``dumps(dict(fields))`` with the raw values
-    decoded."""
-    out: list[str] = []
+def body_json(fields: Iterable[tuple[str, Any]]) -> bytes:
+    """The JSON object of ``fields`` in order as UTF-8, each value encoded by
+    :func:`dumps` unless it is :class:`Raw`: byte-identical to
+    ``encode(dumps(dict(fields)))`` with the raw values decoded."""
+    out: list[bytes] = []
     for name, value in fields:
-        out.append("," if out else "{")
-        out.append(dumps(name) + ":")
+        out.append(b"," if out else b"{")
+        out.append(encode(dumps(name) + ":"))
         if isinstance(value, Raw):
             out.extend(value.pieces)
         else:
-            out.append(dumps(value))
-    out.append("}" if out else "{}")
-    return "".join(out)
+            out.append(encode(dumps(value)))
+    out.append(b"}" if out else b"{}")
+    return b"".join(out)
 
 
 def without_approval_parts(msg: ModelMessage) -> ModelMessage:

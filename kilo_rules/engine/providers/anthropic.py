@@ -55,6 +55,7 @@ from kilo_rules.engine.providers._shared import (
     decode_text,
     dumps,
     effective_mark,
+    encode,
     is_blank,
     is_blank_text,
     media_kind,
@@ -84,14 +85,15 @@ def render(request: ModelRequest) -> dict[str, Any]:
     return dict(_fields(request, merge_same_role(turns)))
 
 
-def render_json(request: ModelRequest, fragments: FragmentStore | None = None) -> str:
-    """``render(request)`` as compact JSON text, each message's blocks taken from
+def render_json(request: ModelRequest, fragments: FragmentStore | None = None) -> bytes:
+    """``render(request)`` as compact JSON in UTF-8, each message's blocks taken from
     ``fragments`` when it was rendered before (``request`` may still hold approval parts:
     they are dropped one message at a time)."""
 
     def turn(m: ModelMessage) -> WireTurn:
         rendered = _message(without_approval_parts(m))
-        return WireTurn(rendered["role"], ",".join(dumps(b) for b in rendered["content"]))
+        blocks = ",".join(dumps(b) for b in rendered["content"])
+        return WireTurn(rendered["role"], encode(blocks))
 
     conversation = request.conversation
     if fragments is None:

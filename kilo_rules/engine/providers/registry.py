@@ -31,9 +31,9 @@ __all__ = ["RULES", "Renderer", "WireApiSpec", "register", "spec", "specs", "unr
 #: A renderer: the provider-neutral request → the JSON body (deterministic, key order too).
 Renderer = Callable[[ModelRequest], dict[str, Any]]
 
-#: A renderer straight to the body's compact JSON text, reusing the fragments of messages
+#: A renderer straight to the body's compact JSON (UTF-8 bytes), reusing the fragments of messages
 #: it rendered at earlier steps (a ``FragmentStore``; None: render everything).
-TextRenderer = Callable[[ModelRequest, Any], str]
+TextRenderer = Callable[[ModelRequest, Any], bytes]
 
 
 def _no_headers(_: ModelRequest) -> dict[str, str]:

@@ -65,13 +65,14 @@ class StepResult:
     ``mutations`` include those of the normal prune and of every compaction the step ran
     (counted in ``compactions``); the other fields describe the request finally built.
 
-    The request is held as the text it is sent as (``wire``, what :meth:`body` returns),
-    assembled from message fragments the plan keeps across steps; ``request`` is that text
-    decoded, on first use, into a dict of this result's own. So nothing a caller does to
-    ``request`` reaches the plan's caches or the next step's request, and a caller that only
-    sends the body never pays for a dict."""
+    The request is held as the bytes it is sent as (``wire``: compact JSON in UTF-8),
+    assembled from immutable message fragments the plan keeps across steps; :meth:`body`
+    is those bytes decoded, and ``request`` that text parsed, each on first use, into
+    objects of this result's own. So nothing a caller does to ``request`` reaches the
+    plan's caches or the next step's request, and a caller that sends ``wire`` pays for
+    neither a text nor a dict."""
 
-    wire: str  # the provider's wire JSON, compact, as sent
+    wire: bytes  # the provider's wire JSON, compact, UTF-8: the bytes sent
     provider: str
     decisions: list[Decision]
     mutations: list[dict[str, Any]]
@@ -99,6 +100,7 @@ class StepResult:
     _decoded: dict[str, Any] | None = field(
         default=None, init=False, repr=False, compare=False, hash=False
     )
+    _text: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     @property
     def request(self) -> dict[str, Any]:
@@ -106,7 +108,7 @@ class StepResult:
         result's own objects, which the caller may change freely)."""
         decoded = self._decoded
         if decoded is None:
-            decoded = json.loads(self.wire)
+            decoded = json.loads(self.body())
             object.__setattr__(self, "_decoded", decoded)  # a frozen result's lazy cache
         return decoded
 
@@ -136,8 +138,12 @@ class StepResult:
         return [d for d in self.decisions if d.severity == "warning"]
 
     def body(self) -> str:
-        """The request as the bytes sent over HTTP (compact JSON, ``wire``)."""
-        return self.wire
+        """The request as the text sent over HTTP (compact JSON; ``wire`` decoded once)."""
+        text = self._text
+        if text is None:
+            text = self.wire.decode("utf-8", "surrogatepass")
+            object.__setattr__(self, "_text", text)  # a frozen result's lazy cache
+        return text
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -179,13 +185,13 @@ class StepState:
     request: ModelRequest | None = None
     input_tokens: int = 0
     provider: str = ""
-    wire: str = ""  # the rendered body, compact JSON
+    wire: bytes = b""  # the rendered body, compact JSON in UTF-8
     headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def body(self) -> dict[str, Any]:
         """The rendered body as a dict of its own (``wire`` decoded; empty before render)."""
-        return json.loads(self.wire) if self.wire else {}
+        return json.loads(self.wire.decode("utf-8", "surrogatepass")) if self.wire else {}
 
 
 def _project(st: StepState) -> None:
