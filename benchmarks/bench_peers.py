@@ -1,18 +1,18 @@
 """Per-step cost and correctness against LiteLLM's and LangChain's ``trim_messages``.
 
 Run with ``python benchmarks/bench_peers.py [--windows 16000,32000,64000,100000]
-[--sessions 3] [--steps 6] [--counter tiktoken|estimate] [--policy kilo-default]
-[session ...]`` after
-``pip install -e '.[bench]'``. The sessions default to the largest recorded trajectories in
-``../shared/data/trajectories`` (their recorded compactions dropped, as bench_runtime does).
-For each window every session is replayed step by step (a step is the history up to an
-assistant message) three ways:
+[--sessions 3] [--steps 6] [--counter tiktoken|estimate] [--policy long-run] [session ...]``
+after ``pip install -e '.[bench]'``. The sessions default to the largest recorded
+trajectories in ``../shared/data/trajectories`` (their recorded compactions dropped, as
+bench_runtime does). For each window every session is replayed step by step (a step is the
+history up to an assistant message) three ways:
 
 * kilo-rules: one :class:`Runtime` across the steps, the way an agent uses it, on
-  ``kilo-default`` compiled for a catalog model whose ``limits.context`` is the window (and
-  ``tokens.counter: tiktoken:cl100k_base`` unless ``--counter estimate``). The session it
-  sees is the one its own previous steps left (pruned and compacted), plus the recorded
-  message; its step includes any prune or compaction it runs;
+  ``long-run`` (see :data:`DEFAULT_POLICY`) compiled for a catalog model whose
+  ``limits.context`` is the window (and ``tokens.counter: tiktoken:cl100k_base`` unless
+  ``--counter estimate``). The session it sees is the one its own previous steps left
+  (pruned and compacted), plus the recorded message; its step includes any prune or
+  compaction it runs;
 * LiteLLM ``litellm.utils.trim_messages(model="gpt-4")`` (tiktoken ``cl100k_base``);
 * LangChain ``langchain_core.messages.trim_messages`` (strategy ``last``, the system
   message kept, starting on a human or an assistant message: see
@@ -79,7 +79,10 @@ WINDOWS = (16_000, 32_000, 64_000, 100_000)
 TARGET = 10.0
 #: LiteLLM's tokenizer for this model is tiktoken cl100k_base, the encoding counted here.
 LITELLM_MODEL = "gpt-4"
-DEFAULT_POLICY = "kilo-default"
+#: The recorded sessions are single-prompt autonomous runs: one user turn, where
+#: kilo-default's three compactions per turn end them early. long-run is the bundled
+#: policy for them (``--policy kilo-default`` measures the other).
+DEFAULT_POLICY = "long-run"
 #: LangChain's documentation has trimmed histories start on a human message; an agent
 #: session has one human message and then only assistant and tool messages, so that alone
 #: keeps nothing but the system prompt once trimming starts. A history may also start on
