@@ -270,3 +270,18 @@ def test_the_wire_is_utf8_and_body_its_text_whatever_the_characters() -> None:
     for api in APIS:
         wire = render_json(lone, api, Fragments())
         assert wire.decode("utf-8", "surrogatepass") == _dumps(render(lone, api))
+
+
+def test_session_facts_count_the_last_message_of_an_id() -> None:
+    from kilo_rules.engine.formats.session import CompactionPart
+    from kilo_rules.engine.runtime.memo import FactsMemo
+
+    request = Message(id="c1", role="user", parts=[CompactionPart(id="c1-p")])
+    summary = assistant("s1", text("s1-t", "summary"), summary=True, parent_id="c1")
+    later = user("c1", "the same id, no compaction part")  # completed_compactions reads this
+    memo = FactsMemo()  # the second list extends the first: only ``later`` is read
+    for messages in ([request, summary], [request, summary, later]):
+        got = memo.facts(messages)
+        assert (got.messages, got.turns, got.compactions, got.has_summary, got.latest) == (
+            _facts_by_history(messages)
+        )

@@ -119,7 +119,8 @@ class SessionFacts:
 @dataclass(frozen=True, slots=True)
 class _Scan:
     seen: list[Message]
-    compaction_ids: dict[str, bool]  # message id -> its last message has a compaction part
+    # id of a message with a compaction part -> whether the last message of that id has one
+    compaction_ids: dict[str, bool]
     parents: tuple[str | None, ...]  # the parent ids of completed summaries
     turns: int
     has_summary: bool
@@ -168,7 +169,8 @@ def _extend(scan: _Scan, messages: list[Message], start: int) -> _Scan:
     turns, has_summary, latest = scan.turns, scan.has_summary, scan.latest
     for m in messages[start:]:
         compaction = compaction_part(m) is not None
-        ids[m.id] = compaction
+        if compaction or m.id in ids:  # only compaction ids matter: the dict stays small
+            ids[m.id] = compaction
         if m.role == "user" and not compaction:
             turns += 1
         if is_completed_summary(m):
