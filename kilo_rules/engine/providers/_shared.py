@@ -227,17 +227,27 @@ class WireTurn:
 
     role: str
     blocks: bytes
+    #: The blocks with the message's first function call signed, for a wire that signs the
+    #: first call of each merged turn (Gemini); None when the message makes no call.
+    signed: bytes | None = None
 
 
-def turns_json(turns: Iterable[WireTurn], key: str = "content") -> Raw:
+def turns_json(
+    turns: Iterable[WireTurn], key: str = "content", sign_role: str | None = None
+) -> Raw:
     """The JSON of :func:`merge_same_role` applied to the turns' messages
     (``{"role": …, key: [...]}`` each), built from their fragments: turns without blocks
     are dropped, consecutive turns of one role become one. Left in pieces: the body joins
-    them once, so a long history is copied once per step, not once per level."""
+    them once, so a long history is copied once per step, not once per level.
+
+    With ``sign_role``, the first turn of each merged ``sign_role`` turn that makes a call
+    gives its ``signed`` blocks: which message holds the first call of a merged turn is
+    known only once the neighbours are, so both forms are kept in the fragment."""
     out: list[bytes] = [b"["]
     heads: dict[str, bytes] = {}
     field = dumps(key)
     role: str | None = None
+    called = False  # the merged turn being written has had its first call
     for turn in turns:
         blocks = turn.blocks
         if not blocks:
@@ -248,13 +258,36 @@ def turns_json(turns: Iterable[WireTurn], key: str = "content") -> Raw:
             if role is not None:
                 out.append(b"]},")
             role = turn.role
+            called = False
             head = heads.get(role)
             if head is None:
                 head = heads[role] = encode(f'{{"role":{dumps(role)},{field}:[')
             out.append(head)
+        if turn.signed is not None and not called and role == sign_role:
+            blocks = turn.signed
+            called = True
         out.append(blocks)
     out.append(b"]}]" if role is not None else b"]")
     return Raw(out)
+
+
+def items_json(items: Iterable[bytes]) -> Raw:
+    """A JSON list from fragments that are each zero or more comma-joined items (b"" for
+    none), in pieces like :func:`turns_json`'s."""
+    out: list[bytes] = [b"["]
+    for piece in items:
+        if piece:
+            if len(out) > 1:
+                out.append(b",")
+            out.append(piece)
+    out.append(b"]")
+    return Raw(out)
+
+
+def joined(values: Iterable[Any]) -> bytes:
+    """The values' compact JSON, comma-joined, as UTF-8 (b"" for none): one fragment of
+    :func:`items_json` or one turn's blocks."""
+    return encode(",".join(dumps(v) for v in values))
 
 
 class Raw:

@@ -48,14 +48,20 @@ from kilo_rules.engine.formats.request import (
 from kilo_rules.engine.providers._api_rules import TOOL_NAME, ApiRules
 from kilo_rules.engine.providers._shared import (
     Entry,
+    FragmentStore,
+    WireTurn,
+    body_json,
     effective_mark,
     is_blank,
     is_blank_text,
+    joined,
     merge_same_role,
     placeholder,
     readable,
     sanitize_call_id,
     settle_marks,
+    turns_json,
+    without_approval_parts,
 )
 from kilo_rules.engine.providers.registry import WireApiSpec
 
@@ -85,11 +91,70 @@ def endpoint(request: ModelRequest) -> str:
 
 def render(request: ModelRequest) -> dict[str, Any]:
     """The Converse request body for ``request`` (JSON-serialisable, deterministic)."""
-    body: dict[str, Any] = {}
+    names: dict[str, int] = {}
+    # Bedrock serves several vendors; only Claude models read Claude's signatures.
+    reader = signature_issuer(request.model)
+    turns = [_message(m, names, reader) for m in request.conversation]
+    return dict(_fields(request, merge_same_role(turns)))
+
+
+def render_json(request: ModelRequest, fragments: FragmentStore | None = None) -> bytes:
+    """``render(request)`` as compact JSON in UTF-8, each conversation message's blocks
+    taken from ``fragments`` when it was rendered before (``request`` may still hold
+    approval parts: they are dropped one message at a time).
+
+    A message's blocks depend on the model (whose signatures it reads: part of the
+    fragments' key) and, for one that holds a document, on the document names taken
+    before it (names are unique within a request). Those few messages are not kept: they
+    are rendered every time, in order, with the names carried from one to the next, and
+    the others, which neither read nor add a name, are taken from the fragments."""
+    reader = signature_issuer(request.model)
+
+    def make(msg: ModelMessage) -> WireTurn | None:
+        if _names_documents(msg):
+            return None
+        return _turn(without_approval_parts(msg), {}, reader)
+
+    conversation = request.conversation
+    turns: list[WireTurn | None]
+    if fragments is None:
+        turns = [make(m) for m in conversation]
+    else:
+        turns = fragments.turns(conversation, f"bedrock+{reader}", make)
+    if None in turns:
+        names: dict[str, int] = {}
+        turns = [
+            t if t is not None else _turn(without_approval_parts(m), names, reader)
+            for m, t in zip(conversation, turns, strict=True)
+        ]
+    return body_json(_fields(request, turns_json(t for t in turns if t is not None)))
+
+
+def _turn(msg: ModelMessage, names: dict[str, int], reader: str | None) -> WireTurn:
+    rendered = _message(msg, names, reader)
+    return WireTurn(rendered["role"], joined(rendered["content"]))
+
+
+def _names_documents(msg: ModelMessage) -> bool:
+    """Whether ``msg`` may hold a document (which takes a name unique in the request)."""
+    for part in msg.parts:
+        if isinstance(part, Media) and part.mime.lower() in DOCUMENT_FORMATS:
+            return True
+        if isinstance(part, ToolResult) and any(
+            isinstance(p, Media) and p.mime.lower() in DOCUMENT_FORMATS for p in part.content
+        ):
+            return True
+    return False
+
+
+def _fields(request: ModelRequest, messages: Any) -> list[tuple[str, Any]]:
+    """The body's fields in order, ``messages`` as given."""
+    body: list[tuple[str, Any]] = []
     if request.tools:
-        body["toolConfig"] = {"tools": _with_points([(_tool(t), t.cache) for t in request.tools])}
+        tools = _with_points([(_tool(t), t.cache) for t in request.tools])
+        body.append(("toolConfig", {"tools": tools}))
     system: list[tuple[dict[str, Any], CacheMark | None]] = []
-    for msg in request.system:
+    for msg in map(without_approval_parts, request.system):
         entries: list[Entry] = [
             (
                 {"text": p.text} if isinstance(p, Text) and not is_blank(p.text) else None,
@@ -100,14 +165,10 @@ def render(request: ModelRequest) -> dict[str, Any]:
         ]
         system.extend(settle_marks(entries, msg.cache)[0])
     if system:
-        body["system"] = _with_points(system)
-    names: dict[str, int] = {}
-    # Bedrock serves several vendors; only Claude models read Claude's signatures.
-    reader = signature_issuer(request.model)
-    turns = [_message(m, names, reader) for m in request.conversation]
-    body["messages"] = merge_same_role(turns)
+        body.append(("system", _with_points(system)))
+    body.append(("messages", messages))
     if request.max_tokens is not None:
-        body["inferenceConfig"] = {"maxTokens": request.max_tokens}
+        body.append(("inferenceConfig", {"maxTokens": request.max_tokens}))
     return body
 
 
@@ -236,6 +297,7 @@ def _reasoning(part: Reasoning, reader: str | None) -> dict[str, Any] | None:
 SPEC = WireApiSpec(
     facts=wireapi.facts("bedrock"),
     render=render,
+    render_json=render_json,
     endpoint=endpoint,
     marker_key="cachePoint",
     rules=ApiRules(

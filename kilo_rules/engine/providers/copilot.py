@@ -31,7 +31,8 @@ from typing import Any
 from kilo_rules.engine.formats import wireapi
 from kilo_rules.engine.formats.request import CacheMark, ModelRequest
 from kilo_rules.engine.providers._api_rules import CALL_ID, TOOL_NAME, ApiRules
-from kilo_rules.engine.providers.openai import Dialect, render_chat
+from kilo_rules.engine.providers._shared import FragmentStore
+from kilo_rules.engine.providers.openai import Dialect, render_chat, render_chat_json
 from kilo_rules.engine.providers.registry import WireApiSpec
 
 ENDPOINT = "/chat/completions"  # relative to the Copilot API base URL
@@ -62,10 +63,16 @@ def render(request: ModelRequest) -> dict[str, Any]:
     return render_chat(request, DIALECT)
 
 
+def render_json(request: ModelRequest, fragments: FragmentStore | None = None) -> bytes:
+    """``render(request)`` as compact JSON in UTF-8, from per-message fragments."""
+    return render_chat_json(request, DIALECT, fragments, "copilot")
+
+
 #: This wire API's record (:mod:`kilo_rules.engine.providers.registry`).
 SPEC = WireApiSpec(
     facts=wireapi.facts("copilot"),
     render=render,
+    render_json=render_json,
     endpoint=ENDPOINT,
     marker_key=MARK_KEY,
     rules=ApiRules(

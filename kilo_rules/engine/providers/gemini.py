@@ -52,7 +52,18 @@ from kilo_rules.engine.formats.request import (
     ToolSpec,
 )
 from kilo_rules.engine.providers._api_rules import ApiRules
-from kilo_rules.engine.providers._shared import is_blank, merge_same_role, readable, result_text
+from kilo_rules.engine.providers._shared import (
+    FragmentStore,
+    WireTurn,
+    body_json,
+    is_blank,
+    joined,
+    merge_same_role,
+    readable,
+    result_text,
+    turns_json,
+    without_approval_parts,
+)
 from kilo_rules.engine.providers.registry import WireApiSpec
 
 #: Whose signatures this API reads (see
@@ -74,7 +85,54 @@ def endpoint(request: ModelRequest) -> str:
 
 def render(request: ModelRequest) -> dict[str, Any]:
     """The ``generateContent`` request body for ``request`` (JSON-serialisable, deterministic)."""
-    body: dict[str, Any] = {}
+    contents = []
+    for msg in request.conversation:
+        parts = _parts(msg)
+        if parts:
+            contents.append({"role": _role(msg), "parts": parts})
+    contents = merge_same_role(contents, key="parts")
+    if requires_call_signatures(request.model):
+        contents = [_signed_first_call(c) for c in contents]
+    return dict(_fields(request, contents))
+
+
+def render_json(request: ModelRequest, fragments: FragmentStore | None = None) -> bytes:
+    """``render(request)`` as compact JSON in UTF-8, each conversation message's parts
+    taken from ``fragments`` when it was rendered before (``request`` may still hold
+    approval parts: they are dropped one message at a time).
+
+    Messages depend on their neighbours in two ways, both settled when the fragments are
+    joined: consecutive turns of one role merge, and on Gemini 3 the first call of each
+    merged model turn is signed. A fragment keeps its parts both as they are and with its
+    own first call signed, and the join picks one by where the message falls."""
+
+    def make(msg: ModelMessage) -> WireTurn:
+        parts = _parts(without_approval_parts(msg))
+        role, blocks = _role(msg), joined(parts)
+        for i, part in enumerate(parts):
+            if "functionCall" in part:
+                if "thoughtSignature" in part:
+                    return WireTurn(role, blocks, blocks)
+                signed = {**part, "thoughtSignature": FOREIGN_CALL_SIGNATURE}
+                return WireTurn(role, blocks, joined([*parts[:i], signed, *parts[i + 1 :]]))
+        return WireTurn(role, blocks)
+
+    conversation = request.conversation
+    if fragments is None:
+        turns = [make(m) for m in conversation]
+    else:
+        turns = fragments.turns(conversation, "gemini", make)
+    sign = "model" if requires_call_signatures(request.model) else None
+    return body_json(_fields(request, turns_json(turns, key="parts", sign_role=sign)))
+
+
+def _role(msg: ModelMessage) -> str:
+    return "model" if msg.role == "assistant" else "user"
+
+
+def _fields(request: ModelRequest, contents: Any) -> list[tuple[str, Any]]:
+    """The body's fields in order, ``contents`` as given."""
+    body: list[tuple[str, Any]] = []
     system = [
         {"text": p.text}
         for m in request.system
@@ -82,21 +140,12 @@ def render(request: ModelRequest) -> dict[str, Any]:
         if isinstance(p, Text) and not is_blank(p.text)
     ]
     if system:
-        body["systemInstruction"] = {"parts": system}
+        body.append(("systemInstruction", {"parts": system}))
     if request.tools:
-        body["tools"] = [{"functionDeclarations": [_declaration(t) for t in request.tools]}]
-    contents = []
-    for msg in request.conversation:
-        parts = _parts(msg)
-        if parts:
-            role = "model" if msg.role == "assistant" else "user"
-            contents.append({"role": role, "parts": parts})
-    contents = merge_same_role(contents, key="parts")
-    if requires_call_signatures(request.model):
-        contents = [_signed_first_call(c) for c in contents]
-    body["contents"] = contents
+        body.append(("tools", [{"functionDeclarations": [_declaration(t) for t in request.tools]}]))
+    body.append(("contents", contents))
     if request.max_tokens is not None:
-        body["generationConfig"] = {"maxOutputTokens": request.max_tokens}
+        body.append(("generationConfig", {"maxOutputTokens": request.max_tokens}))
     return body
 
 
@@ -185,6 +234,7 @@ def _response(result: ToolResult) -> dict[str, Any]:
 SPEC = WireApiSpec(
     facts=wireapi.facts("gemini"),
     render=render,
+    render_json=render_json,
     endpoint=endpoint,
     rules=ApiRules(
         shape="contents",

@@ -32,7 +32,7 @@ tool-call ids.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,14 +51,19 @@ from kilo_rules.engine.formats.request import (
 from kilo_rules.engine.providers._api_rules import TOOL_NAME, ApiRules
 from kilo_rules.engine.providers._shared import (
     Entry,
+    FragmentStore,
+    body_json,
     data_url,
     decode_text,
     effective_mark,
     is_blank,
+    items_json,
+    joined,
     media_kind,
     placeholder,
     sanitize_call_id,
     settle_marks,
+    without_approval_parts,
 )
 from kilo_rules.engine.providers.registry import WireApiSpec
 
@@ -116,6 +121,13 @@ def render(request: ModelRequest) -> dict[str, Any]:
     return render_chat(request, dialect(request))
 
 
+def render_json(request: ModelRequest, fragments: FragmentStore | None = None) -> bytes:
+    """``render(request)`` as compact JSON in UTF-8, from per-message fragments."""
+    explicit = bool(request.options.get("prompt_cache_breakpoints"))
+    key = "openai+breakpoints" if explicit else "openai"
+    return render_chat_json(request, dialect(request), fragments, key)
+
+
 def render_chat(request: ModelRequest, dialect: Dialect) -> dict[str, Any]:
     """A Chat Completions body in the given dialect."""
     body: dict[str, Any] = {"model": request.model}
@@ -128,6 +140,59 @@ def render_chat(request: ModelRequest, dialect: Dialect) -> dict[str, Any]:
     if request.max_tokens is not None:
         body[dialect.max_tokens_key] = request.max_tokens
     return body
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """One message's messages on the wire (comma-joined JSON, b"" for none); ``bare``: the
+    message has no parts at all, ``approvals``: it had tool-approval parts (dropped)."""
+
+    items: bytes
+    bare: bool
+    approvals: bool
+
+
+def _turn(msg: ModelMessage, dialect: Dialect) -> _Turn:
+    stripped = without_approval_parts(msg)
+    approvals = stripped is not msg
+    if approvals and not stripped.parts:
+        return _Turn(b"", False, True)  # a message of approvals only is dropped with them
+    return _Turn(joined(_message(stripped, dialect)), not msg.parts, approvals)
+
+
+def render_chat_json(
+    request: ModelRequest, dialect: Dialect, fragments: FragmentStore | None, key: str
+) -> bytes:
+    """``encode(dumps(render_chat(request, dialect)))``, each conversation message's JSON
+    taken from ``fragments`` (under ``key``, which names everything of the request the
+    dialect reads) when it was rendered before.
+
+    A message renders alone on Chat Completions: no neighbour is merged with it or read
+    by it. The one rule across messages is :func:`~kilo_rules.engine.providers.render`'s
+    approval rule: when any message had approval parts, a message with no parts at all
+    is dropped too (otherwise it is sent with empty content)."""
+
+    def make(msg: ModelMessage) -> _Turn:
+        return _turn(msg, dialect)
+
+    conversation = request.conversation
+    system = [make(m) for m in request.system]
+    turns: Sequence[_Turn]
+    if fragments is None:
+        turns = [make(m) for m in conversation]
+    else:
+        turns = fragments.turns(conversation, key, make)
+    # Flags read off the fragments: the rule costs no rendering.
+    everything = [*system, *turns]
+    if any(t.approvals for t in everything) and any(t.bare for t in everything):
+        everything = [t for t in everything if not t.bare]
+    fields: list[tuple[str, Any]] = [("model", request.model)]
+    fields.append(("messages", items_json(t.items for t in everything)))
+    if request.tools:
+        fields.append(("tools", [_tool(t, dialect) for t in request.tools]))
+    if request.max_tokens is not None:
+        fields.append((dialect.max_tokens_key, request.max_tokens))
+    return body_json(fields)
 
 
 def _tool(tool: ToolSpec, dialect: Dialect) -> dict[str, Any]:
@@ -280,6 +345,7 @@ def _tool_messages(msg: ModelMessage, dialect: Dialect) -> list[dict[str, Any]]:
 SPEC = WireApiSpec(
     facts=wireapi.facts("openai"),
     render=render,
+    render_json=render_json,
     endpoint=ENDPOINT,
     marker_key="prompt_cache_breakpoint",
     rules=ApiRules(

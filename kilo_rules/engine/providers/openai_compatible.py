@@ -25,7 +25,8 @@ from typing import Any
 from kilo_rules.engine.formats import wireapi
 from kilo_rules.engine.formats.request import CacheMark, ModelRequest
 from kilo_rules.engine.providers._api_rules import TOOL_NAME, ApiRules
-from kilo_rules.engine.providers.openai import Dialect, render_chat
+from kilo_rules.engine.providers._shared import FragmentStore
+from kilo_rules.engine.providers.openai import Dialect, render_chat, render_chat_json
 from kilo_rules.engine.providers.registry import WireApiSpec
 
 ENDPOINT = "/chat/completions"  # relative to the server's base URL (often ending in /v1)
@@ -56,10 +57,20 @@ def render(request: ModelRequest) -> dict[str, Any]:
     return render_chat(request, dialect(request))
 
 
+def render_json(request: ModelRequest, fragments: FragmentStore | None = None) -> bytes:
+    """``render(request)`` as compact JSON in UTF-8, from per-message fragments (kept per
+    reasoning field, the one option the dialect reads)."""
+    chosen = dialect(request)
+    return render_chat_json(
+        request, chosen, fragments, f"openai-compatible+{chosen.reasoning_field or ''}"
+    )
+
+
 #: This wire API's record (:mod:`kilo_rules.engine.providers.registry`).
 SPEC = WireApiSpec(
     facts=wireapi.facts("openai-compatible"),
     render=render,
+    render_json=render_json,
     endpoint=ENDPOINT,
     marker_key="cache_control",
     rules=ApiRules(

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from kilo_rules.engine.formats import wireapi
@@ -69,13 +70,18 @@ from kilo_rules.engine.formats.request import (
 from kilo_rules.engine.providers._api_rules import TOOL_NAME, ApiRules
 from kilo_rules.engine.providers._shared import (
     Entry,
+    FragmentStore,
+    body_json,
     data_url,
     decode_text,
     effective_mark,
     is_blank,
+    items_json,
+    joined,
     media_kind,
     placeholder,
     settle_marks,
+    without_approval_parts,
 )
 from kilo_rules.engine.providers.registry import WireApiSpec
 
@@ -98,8 +104,41 @@ _BREAKPOINT = {"mode": "explicit"}
 def render(request: ModelRequest) -> dict[str, Any]:
     """The Responses API request body for ``request`` (JSON-serialisable, deterministic)."""
     explicit = bool(request.options.get("prompt_cache_breakpoints"))
-    body: dict[str, Any] = {"model": request.model}
     items: list[dict[str, Any]] = []
+    for msg in request.conversation:
+        items.extend(_items(msg, explicit))
+    return dict(_fields(request, items))
+
+
+def render_json(request: ModelRequest, fragments: FragmentStore | None = None) -> bytes:
+    """``render(request)`` as compact JSON in UTF-8, each conversation message's input
+    items taken from ``fragments`` when it was rendered before (``request`` may still hold
+    approval parts: they are dropped one message at a time). An item depends on its own
+    message and on the breakpoint option only: calls and their outputs are paired by
+    ``call_id``, which each renders from its own id, and nothing merges across messages."""
+    explicit = bool(request.options.get("prompt_cache_breakpoints"))
+
+    def make(msg: ModelMessage) -> bytes:
+        return joined(_items(without_approval_parts(msg), explicit))
+
+    conversation = request.conversation
+    if fragments is None:
+        items = [make(m) for m in conversation]
+    else:
+        key = "openai-responses+breakpoints" if explicit else "openai-responses"
+        items = fragments.turns(conversation, key, make)
+    return body_json(_fields(request, items, wire=True))
+
+
+def _fields(
+    request: ModelRequest, items: Sequence[Any], wire: bool = False
+) -> list[tuple[str, Any]]:
+    """The body's fields in order, the conversation's input items as given: dicts, or with
+    ``wire`` their JSON fragments (and the system messages' approval parts dropped). The
+    system's developer messages, when it is sent so, go before them."""
+    explicit = bool(request.options.get("prompt_cache_breakpoints"))
+    body: list[tuple[str, Any]] = [("model", request.model)]
+    developer: list[dict[str, Any]] = []
     if request.options.get("system_as_instructions", True):
         text = "\n".join(
             p.text
@@ -108,27 +147,29 @@ def render(request: ModelRequest) -> dict[str, Any]:
             if isinstance(p, Text) and not is_blank(p.text)
         )
         if text:
-            body["instructions"] = text
+            body.append(("instructions", text))
     else:
         for msg in request.system:
-            items.extend(_input_message(msg, "developer", explicit))
-    for msg in request.conversation:
-        items.extend(_items(msg, explicit))
-    body["input"] = items
+            msg = without_approval_parts(msg) if wire else msg
+            developer.extend(_input_message(msg, "developer", explicit))
+    if wire:
+        body.append(("input", items_json([joined(developer), *items])))
+    else:
+        body.append(("input", [*developer, *items]))
     if request.tools:
-        body["tools"] = [_tool(t) for t in request.tools]
+        body.append(("tools", [_tool(t) for t in request.tools]))
     if request.max_tokens is not None:
-        body["max_output_tokens"] = request.max_tokens
-    body["store"] = False
+        body.append(("max_output_tokens", request.max_tokens))
+    body.append(("store", False))
     if request.options.get("reasoning"):  # non-reasoning models refuse the include
-        body["include"] = ["reasoning.encrypted_content"]
+        body.append(("include", ["reasoning.encrypted_content"]))
     compaction = [
         {"type": "compaction", "compact_threshold": e["trigger"]}
         for e in request.options.get("server_edits") or ()
         if e["edit"] == "compaction"
     ]
     if compaction:
-        body["context_management"] = compaction
+        body.append(("context_management", compaction))
     return body
 
 
@@ -288,6 +329,7 @@ def _outputs(msg: ModelMessage, explicit: bool) -> list[dict[str, Any]]:
 SPEC = WireApiSpec(
     facts=wireapi.facts("openai-responses"),
     render=render,
+    render_json=render_json,
     endpoint=ENDPOINT,
     marker_key=MARK_KEY,
     rules=ApiRules(
