@@ -10,6 +10,7 @@ error (``ErrorResponse``), never a stack trace.
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -40,7 +41,7 @@ from kilo_rules.engine.base.errors import (
 )
 from kilo_rules.engine.base.lru import LRUCache
 from kilo_rules.engine.formats.catalog import ModelInfo, bundled_catalog, model_from_data
-from kilo_rules.engine.formats.session import session_from_data
+from kilo_rules.engine.formats.session import Session, SessionReader, session_from_data
 from kilo_rules.engine.frontend.resolve import bundled_root
 from kilo_rules.engine.providers.acceptance import BodyContext, check_body
 from kilo_rules.engine.runtime.context import Agent, Skill, StepInput, Workspace
@@ -97,6 +98,10 @@ DEFAULT_BUILD_TIMEOUT = 30.0
 DEFAULT_MAX_CONCURRENT_BUILDS = 8
 #: Seconds the whole body may take to arrive.
 DEFAULT_BODY_TIMEOUT = 30.0
+#: Characters of session JSON whose messages an app keeps for the next build of the same
+#: session (the reader's bound; the messages take about as much again): a few of the
+#: largest bodies accepted, so that several agents' sessions stay warm at once.
+_READER_CHARS = 4 * DEFAULT_MAX_BODY_BYTES
 #: Model ids an app remembers having reported (``on_model``); one pushed out is reported again.
 _MODELS_TOLD = 1024
 
@@ -189,6 +194,9 @@ class _Sidecar:
     #: revision for it too).
     on_model: Callable[[str], None] | None = None
     _told: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(_MODELS_TOLD))
+    #: Reads each request's session, reusing the messages of the sessions read before: an
+    #: agent resends its whole session every step, and only the new messages are parsed.
+    reader: SessionReader = field(default_factory=lambda: SessionReader(_READER_CHARS))
     cwd: str = field(default_factory=lambda: str(Path.cwd().resolve()))
     _slots: Slots | None = None
 
@@ -332,18 +340,9 @@ class _Sidecar:
 
     def _built(self, result: StepResult, model: str) -> _Outcome:
         revision = result.revision or ""
-        payload = {
-            **result.to_json(),
-            "headers": result.headers,
-            "revision": revision,
-            "input_tokens": result.input_tokens,
-            "context": result.context,
-            "fits": result.fits,
-            "counter": result.counter,
-        }
         return _Outcome(
             200,
-            dumps(payload),
+            build_response(result),
             revision=revision,
             model=model,
             provider=result.provider,
@@ -464,7 +463,16 @@ class _Sidecar:
             ],
         )
 
-    def _session(self, body: Body) -> Any:
+    def _session(self, body: Body) -> Session:
+        span = body.spans.get("session")
+        if span is not None:
+            try:
+                # The session's own text: the body was decoded with the body's limits (the
+                # digits of an integer, no NaN) over all of it, so what the reader accepts
+                # is what session_from_data accepts.
+                return self.reader.read(body.text[span[0] : span[1]], file=REQUEST)
+            except SessionError:
+                pass  # located in the session's text; the path below locates it in the body
         try:
             return session_from_data(body.data["session"], file=REQUEST)
         except SessionError as exc:
@@ -580,6 +588,41 @@ class _Sidecar:
                     self.decision_log.write(record)
                 except OSError as exc:
                     log.warning("decision log %s: %s", self.decision_log.path, exc)
+
+
+def _response_json(result: StepResult) -> dict[str, Any]:
+    """The ``BuildResponse`` of ``result`` as JSON data."""
+    return {
+        **result.to_json(),
+        "headers": result.headers,
+        "revision": result.revision or "",
+        "input_tokens": result.input_tokens,
+        "context": result.context,
+        "fits": result.fits,
+        "counter": result.counter,
+    }
+
+
+#: A lone UTF-16 surrogate as ``surrogatepass`` writes it (0xED, then 0xA0 to 0xBF).
+_SURROGATE = re.compile(b"\xed[\xa0-\xbf]")
+
+
+def build_response(result: StepResult) -> bytes:
+    """The body of a build's 200: :func:`dumps` of the response with ``result.wire``, the
+    compact UTF-8 bytes of the request, placed as they are where ``request`` goes (the
+    request is neither decoded nor encoded again for it). A wire that holds a lone
+    surrogate goes through :func:`dumps`, which writes it as its escape."""
+    wire = result.wire
+    if _SURROGATE.search(wire) is not None:
+        return dumps(_response_json(result))
+    payload = _response_json(result)
+    keys = list(payload)
+    at = keys.index("request")
+    head = {k: payload[k] for k in keys[:at]}
+    tail = {k: payload[k] for k in keys[at + 1 :]}
+    if not head or not tail:
+        return dumps(payload)
+    return b"".join((dumps(head)[:-1], b',"request":', wire, b",", dumps(tail)[1:]))
 
 
 def _cancelled(what: str) -> _Outcome:

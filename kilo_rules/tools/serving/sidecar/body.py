@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
-from dataclasses import dataclass, replace
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import anyio
@@ -77,10 +78,14 @@ def dumps(data: Any) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Body:
-    """A parsed JSON body and its text, to locate problems in."""
+    """A parsed JSON body and its text, to locate problems in; ``spans`` gives, for each
+    member of the object, where its value's JSON text starts and ends in ``text`` (empty
+    when the body is not laid out plainly, e.g. repeats a key), so that a member can be
+    read again from its own text (the session, by a reader that reuses what it met)."""
 
     data: dict[str, Any]
     text: str
+    spans: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def locate(self, paths: Iterable[JsonPath]) -> dict[JsonPath, Location]:
         """Where each of ``paths`` (or its nearest ancestor) starts in the body."""
@@ -128,10 +133,15 @@ def parse_json(raw: bytes, *, check: Sequence[str] = ()) -> Body:
         at = Location(REQUEST, head.count(b"\n") + 1, col)
         message = f"not UTF-8: invalid byte 0x{raw[exc.start]:02x}"
         raise _invalid("request.encoding", message, at) from None
+    scanned = _members(text)
+    spans: Mapping[str, tuple[int, int]] = {}
     try:
-        data = json.loads(
-            text, parse_int=_bounded_int, parse_float=_finite, parse_constant=_not_a_number
-        )
+        if scanned is not None:
+            data, spans = scanned
+        else:
+            data = json.loads(
+                text, parse_int=_bounded_int, parse_float=_finite, parse_constant=_not_a_number
+            )
     except json.JSONDecodeError as exc:
         at = Location(REQUEST, exc.lineno, exc.colno)
         raise _invalid("request.json", f"not valid JSON: {exc.msg}", at) from None
@@ -149,7 +159,7 @@ def parse_json(raw: bytes, *, check: Sequence[str] = ()) -> Body:
         ) from None
     if not isinstance(data, dict):
         raise _invalid("request.invalid", "the body must be a JSON object", Location(REQUEST, 1, 1))
-    body = Body(data, text)
+    body = Body(data, text, spans)
     for key in check:
         problem = json_problem(data.get(key), MAX_DEPTH - 1, text)
         if problem is not None:
@@ -158,6 +168,51 @@ def parse_json(raw: bytes, *, check: Sequence[str] = ()) -> Body:
             diag = problem_diagnostic("request", kind, path, body.locate([path])[path], MAX_DEPTH)
             raise ApiError(422, diag.code, diag.message, [diag])
     return body
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _decode_value(text: str, at: int) -> tuple[Any, int]:
+    return _DECODER.raw_decode(text, at)
+
+
+def _members(text: str) -> tuple[dict[str, Any], dict[str, tuple[int, int]]] | None:
+    """The object in ``text`` decoded member by member, as ``json.loads`` with the same
+    hooks decodes it, and where each member's value lies; None when the text is anything
+    but a plain object (bad JSON, a repeated key, a number refused): ``json.loads`` then
+    says what is wrong, and where, as it always has."""
+    ws = _WS.match
+    try:
+        at = ws(text, 0).end()  # type: ignore[union-attr]  # [...]* always matches
+        if text[at : at + 1] != "{":
+            return None
+        at = ws(text, at + 1).end()  # type: ignore[union-attr]
+        data: dict[str, Any] = {}
+        spans: dict[str, tuple[int, int]] = {}
+        if text[at : at + 1] == "}":
+            at = ws(text, at + 1).end()  # type: ignore[union-attr]
+        else:
+            while True:
+                if text[at : at + 1] != '"':
+                    return None
+                key, at = _decode_value(text, at)
+                at = ws(text, at).end()  # type: ignore[union-attr]
+                if text[at : at + 1] != ":" or key in data:
+                    return None  # json keeps a repeated key's last value: leave it to json
+                start = ws(text, at + 1).end()  # type: ignore[union-attr]
+                data[key], at = _decode_value(text, start)
+                spans[key] = (start, at)
+                at = ws(text, at).end()  # type: ignore[union-attr]
+                sep = text[at : at + 1]
+                at = ws(text, at + 1).end()  # type: ignore[union-attr]
+                if sep == "}":
+                    break
+                if sep != ",":
+                    return None
+    except (ValueError, RecursionError):  # JSONDecodeError and _NumberError among them
+        return None
+    return (data, spans) if at == len(text) else None
 
 
 #: The most digits an integer in a body may have: far past any count, size or time (a
@@ -190,6 +245,11 @@ def _finite(digits: str) -> float:
 
 def _not_a_number(word: str) -> float:
     raise _NumberError(word, f"{word} is not a JSON number")
+
+
+_DECODER = json.JSONDecoder(
+    parse_int=_bounded_int, parse_float=_finite, parse_constant=_not_a_number
+)
 
 
 def _offset_location(text: str, offset: int) -> Location:
