@@ -13,8 +13,10 @@ every step of the agent loop; it compacts when the policy says so::
     result.session      # the session with the step's mutations applied, to keep
 
 ``apply_plan(plan, session)`` builds one request without compacting and returns the same
-:class:`StepResult`. ``docs/getting-started.md`` walks through the loop, CI, the sidecar
-and a fleet.
+:class:`StepResult`. A service handed the whole session as JSON every step reads it with
+``SessionReader().read(text)`` (one reader kept for all steps): the messages it read
+before are reused, and only the new ones are parsed and validated.
+``docs/getting-started.md`` walks through the loop, CI, the sidecar and a fleet.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
         model_from_data,
     )
     from kilo_rules.engine.formats.policy import PolicyBody
-    from kilo_rules.engine.formats.session import Message, Session, dump_session
+    from kilo_rules.engine.formats.session import Message, Session, SessionReader, dump_session
     from kilo_rules.engine.frontend.resolve import (
         ResolvedPolicy,
         bundled_policy_names,
@@ -132,7 +134,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "kilo_rules.engine.runtime.mutations": ("MutationError", "apply_mutations"),
     "kilo_rules.engine.runtime.prune": ("PruneResult", "prune_session"),
     "kilo_rules.engine.base.sandbox": ("allow_read",),
-    "kilo_rules.engine.formats.session": ("Message", "Session", "dump_session"),
+    "kilo_rules.engine.formats.session": ("Message", "Session", "SessionReader", "dump_session"),
     "kilo_rules.tools.simulation.documents": ("CorpusDocument", "SessionDocument", "TuneReport"),
     "kilo_rules.tools.simulation.simulate": ("SimulationReport", "simulate"),
     "kilo_rules.tools.serving.store": ("PolicyStore", "ReloadResult", "StoreSettings"),
@@ -231,6 +233,7 @@ __all__ = [
     "Session",
     "SessionDocument",
     "SessionError",
+    "SessionReader",
     "SimulationReport",
     "Skill",
     "StepInput",

@@ -42,7 +42,13 @@ from kilo_rules.engine.base.errors import (
     did_you_mean,
 )
 from kilo_rules.engine.formats.load import read_error
-from kilo_rules.engine.formats.session import MAX_BYTES, Session, is_session_v1, session_from_data
+from kilo_rules.engine.formats.session import (
+    MAX_BYTES,
+    Session,
+    is_session_v1,
+    session_from_data,
+    session_from_json,
+)
 from kilo_rules.engine.importers import (
     anthropic_messages,
     claude_code,
@@ -199,7 +205,11 @@ def _read_text(text: str, fmt: str, run: int | None, name: str, stacklevel: int)
     if fmt == "auto" and _session_v1(src):
         # Its metadata may tell of the runs of the log it came from: no choice was made now.
         _one_run(run, "Session v1 file", name)
-        return session_from_data(src.records[0].value, file=name, text=text)
+        # Read again from the text, through the reader session_from_json keeps: the messages
+        # met before are taken as they were validated then, and only new ones are checked
+        # (a session re-read every step costs what it gained). It gives what validating the
+        # value parsed here gives, the same errors at the same places included.
+        return session_from_json(text, file=name)
     session = _convert(src, _detect(src, fmt), run)
     _warn_if_one_of_many(session, run, name, stacklevel + 1)
     return session
