@@ -336,9 +336,37 @@ def run(paths: Sequence[Path]) -> list[tuple[str, Figure]]:
     return out
 
 
+def _options(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The positional arguments and the options of ``argv``: ``--api`` and ``--figures``
+    take a value (``--api NAME`` or ``--api=NAME``), any other ``--flag`` is ignored."""
+    args: list[str] = []
+    options: dict[str, str] = {}
+    items = iter(argv)
+    for a in items:
+        if a.startswith("--"):
+            name, eq, value = a[2:].partition("=")
+            if name in ("api", "figures"):
+                options[name] = value if eq else next(items, "")
+        else:
+            args.append(a)
+    return args, options
+
+
 def main(argv: Sequence[str]) -> int:
-    """Print every figure; 0 when all meet their targets, 1 otherwise."""
-    paths = [Path(a) for a in argv if not a.startswith("--")] or [p for p in SESSIONS if p.exists()]
+    """Print every figure; 0 when all meet their targets, 1 otherwise.
+
+    ``--api NAME`` builds for that wire API instead of Anthropic's (the model is otherwise
+    the same); ``--figures warm,reread`` measures only the figures named (by the start of
+    their function's name)."""
+    args, options = _options(argv)
+    if options.get("api"):
+        MODEL["api"] = options["api"]  # fresh_plan's default is this dict
+        print(f"wire API: {MODEL['api']}")
+    chosen = [f for f in options.get("figures", "").split(",") if f]
+    if chosen:
+        global FIGURES
+        FIGURES = tuple(f for f in FIGURES if any(f.__name__.startswith(c) for c in chosen))
+    paths = [Path(a) for a in args] or [p for p in SESSIONS if p.exists()]
     if not paths:
         print(f"no sessions: {DATA} is absent; name session files to measure")
         return 2
