@@ -225,8 +225,10 @@ def _lower(st: StepState) -> list[dict[str, Any]]:
     if ins.on_demand and ins.project_files:
         from kilo_rules.engine.runtime.ondemand import attach
 
+        loaded = {f.path for f in files}
+        key = ("session", r.session.id)
         st.lowered, found = attach(
-            st.lowered, ins.project_files, {f.path for f in files}, r.step.workspace
+            st.lowered, ins.project_files, loaded, r.step.workspace, r.ondemand, key
         )
     st.pieces = r.json.plain_list(st.lowered)
     st.size = json_list_bytes(st.pieces)

@@ -27,6 +27,7 @@ from kilo_rules.engine.runtime.context import StepInput
 from kilo_rules.engine.runtime.lower import lowering_key
 from kilo_rules.engine.runtime.measure import JsonCache
 from kilo_rules.engine.runtime.memo import ContentMemo, FactsMemo, Fragments, PrefixMemo
+from kilo_rules.engine.runtime.ondemand import OnDemandMemo
 from kilo_rules.engine.text.tokens import CountCache, EstimateCounter, TokenCounter, counter_for
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ class PlanCaches:
     marks: PrefixMemo[Any, Any]  # the cache marks in each message of the request
     fragments: Fragments  # rendered wire text per lowered message and wire API
     facts: FactsMemo  # the session-wide facts, read on from the list seen last
+    ondemand: OnDemandMemo  # the on-demand instruction walk, carried on from the last step
 
 
 # id(plan) -> (a weak reference to the plan, its caches). Keyed by identity: two equal
@@ -135,6 +137,7 @@ def plan_caches(plan: Plan) -> PlanCaches:
             PrefixMemo(),
             Fragments(),
             FactsMemo(),
+            OnDemandMemo(),
         )
         _PLAN_CACHES[key] = (weakref.ref(plan, lambda _: _forget(key)), caches)
         return caches
@@ -164,6 +167,7 @@ class StepRun:
         self.lower_lists = caches.lower_lists
         self.marks = caches.marks
         self.fragments = caches.fragments
+        self.ondemand = caches.ondemand
         #: The session-wide facts (``session.*`` values, the newest time), read once.
         self.facts = caches.facts.facts(session.messages)
         if warning:
