@@ -20,7 +20,7 @@ from kilo_rules.engine.importers import read_session
 from kilo_rules.engine.runtime.apply import StepResult, apply_plan
 from kilo_rules.engine.runtime.context import StepInput, Workspace
 from kilo_rules.tools.serving.sidecar.app import _response_json, build_response
-from kilo_rules.tools.serving.sidecar.body import ApiError, dumps, parse_json
+from kilo_rules.tools.serving.sidecar.body import ApiError, dumps, lazy_text, parse_json
 from kilo_rules.tools.serving.store import PolicyStore
 
 from .conftest import MODEL, RECORDED, Live, small_session
@@ -204,3 +204,69 @@ def test_dump_session_round_trips_through_the_reader(live: Live) -> None:
         )
     assert r.status_code == 200, r.text
     assert live.app.state.sidecar.reader.stats().misses == 3
+
+
+_SESSION = '{"version": 1, "id": "s", "messages": [{"a": [1, {"b": ", \\"c\\": 2}"}]}]}'
+
+
+def _layouts() -> list[str]:
+    s = _SESSION
+    return [
+        '{"session": ' + s + ', "model": "m", "step": {"a": 1, "b": [2, 3]}}',
+        '{"model": {"id": "x", "limits": {"a": 1, "b": 2}}, "session": ' + s + "}",
+        ' {"step": {}, "session" : ' + s + ' ,\n "model": "m"}\n',
+        '{"session": ' + s + "}",
+        '{"session": "a, \\"b\\": 1", "model": "m"}',
+    ]
+
+
+@pytest.mark.parametrize("text", _layouts())
+def test_a_lazy_member_is_located_exactly(text: str) -> None:
+    body = parse_json(text.encode(), lazy="session")
+    start, end = body.spans["session"]
+    assert "session" not in body.data
+    assert {**body.data, "session": json.loads(text[start:end])} == json.loads(text)
+    for key, (a, b) in body.spans.items():
+        assert json.loads(text[a:b]) == json.loads(text)[key]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"session": {"id": "s"},}',  # a trailing comma
+        '{"session": {"id": "s"}, "session": {"id": "t"}}',
+        '{"model": "m", "session": {"id": "s"}, "model": "n"}',
+        '{"session": {"id": "s"} "model": "m"}',
+    ],
+)
+def test_a_lazy_member_of_a_body_that_is_not_plain_is_no_json_value(text: str) -> None:
+    # What is located is then no JSON value: no reader takes it, and the body is read whole.
+    body = parse_json(text.encode(), lazy="session")
+    lazy = lazy_text(body, "session")
+    assert lazy is not None
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(lazy)
+
+
+def test_a_long_integer_in_a_resent_session_is_refused_where_it_is(live: Live) -> None:
+    warm = json.dumps({"session": _grown(3), "model": MODEL}, indent=1).encode()
+    assert _error(live, warm)[0] == 200
+    session = _grown(4)
+    session["messages"][3]["created"] = int("1" * 70)
+    body = json.dumps({"session": session, "model": MODEL}, indent=1).encode()
+    status, got = _error(live, body)
+    assert status == 422
+    (diag,) = got["error"]["diagnostics"]
+    assert diag["code"] == "request.number"
+    assert (
+        diag["location"]["line"]
+        == body.decode().splitlines().index('    "created": ' + "1" * 70 + ",") + 1
+    )
+
+
+def test_a_bad_session_text_is_refused_as_bad_json_before_a_bad_model(live: Live) -> None:
+    body = b'{"session": {"version": 1, "id": "s", "messages": [}, "model": 7}'
+    status, got = _error(live, body)
+    assert status == 422
+    assert got["error"]["code"] == "request.json"
+    assert got["error"]["diagnostics"][0]["location"]["col"] == 52

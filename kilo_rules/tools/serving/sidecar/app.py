@@ -54,6 +54,8 @@ from kilo_rules.tools.serving.sidecar.body import (
     dotted,
     dumps,
     error_bytes,
+    is_lazy,
+    lazy_text,
     parse_json,
     validate,
 )
@@ -287,16 +289,21 @@ class _Sidecar:
         """Parse, validate and build one step (on a worker thread)."""
         model_ref: str | None = None
         try:
-            body = parse_json(raw, check=("model", "step"))
+            body = parse_json(raw, check=("model", "step"), lazy="session")
+            # The session first: read whole from its own text, or not at all (the body is
+            # then parsed in full, and every check below runs as it always has).
+            read = self._read_session(body)
+            if read is None and is_lazy(body, "session"):
+                body = parse_json(raw, check=("model", "step"))
             data = body.data
             _known_keys(body, {"session", "model", "step"})
             for key in ("session", "model"):
-                if key not in data:
+                if key not in data and not is_lazy(body, key):
                     raise _missing(body, key)
             model = self._model(body)
             model_ref = model if isinstance(model, str) else model.id
             step = self._step(body)
-            session = self._session(body)
+            session = read if read is not None else self._session(body)
             if not session.messages:
                 # No provider takes a conversation without a turn (acceptance first-role).
                 raise _at(
@@ -463,16 +470,21 @@ class _Sidecar:
             ],
         )
 
+    def _read_session(self, body: Body) -> Session | None:
+        """The session of a body that left it lazy, read from its own text by the app's
+        reader (only messages not met before are parsed); None when it cannot be read so.
+        Read whole, the text is one JSON value, so the body is the JSON its members say
+        (see :func:`~kilo_rules.tools.serving.sidecar.body.parse_json`); the reader refuses
+        NaN, infinities and lone surrogates, and ``lazy_text`` integers the body refuses."""
+        text = lazy_text(body, "session")
+        if text is None:
+            return None
+        try:
+            return self.reader.read(text, file=REQUEST)
+        except SessionError:
+            return None  # located in the session's text: the full path locates it in the body
+
     def _session(self, body: Body) -> Session:
-        span = body.spans.get("session")
-        if span is not None:
-            try:
-                # The session's own text: the body was decoded with the body's limits (the
-                # digits of an integer, no NaN) over all of it, so what the reader accepts
-                # is what session_from_data accepts.
-                return self.reader.read(body.text[span[0] : span[1]], file=REQUEST)
-            except SessionError:
-                pass  # located in the session's text; the path below locates it in the body
         try:
             return session_from_data(body.data["session"], file=REQUEST)
         except SessionError as exc:

@@ -27,6 +27,10 @@ from kilo_rules.engine.formats.session import MAX_DEPTH, problem_diagnostic
 #: The file name diagnostics give the request body.
 REQUEST = "<request>"
 
+#: The most digits an integer in a body may have: far past any count, size or time (a
+#: 64-bit integer has 20), and short of the cost of converting a huge one.
+MAX_DIGITS = 64
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -114,6 +118,27 @@ class Body:
         ]
 
 
+#: A run of digits as long as an integer the body refuses (or longer): text holding one is
+#: read the long way, which says whether it is such an integer.
+_LONG_DIGITS = re.compile(f"[0-9]{{{MAX_DIGITS + 1},}}")  # a signed integer of 65 is one
+
+
+def lazy_text(body: Body, key: str) -> str | None:
+    """The JSON text of ``body``'s member ``key`` when :func:`parse_json` left it lazy,
+    and it spells no number the body would refuse for its digits; else None. It may still
+    not be JSON, or hold NaN, an infinity, a lone surrogate: its reader must refuse those."""
+    span = body.spans.get(key)
+    if span is None or key in body.data:
+        return None
+    text = body.text[span[0] : span[1]]
+    return None if _LONG_DIGITS.search(text) else text
+
+
+def is_lazy(body: Body, key: str) -> bool:
+    """Whether :func:`parse_json` left ``key`` lazy (located, not decoded)."""
+    return key in body.spans and key not in body.data
+
+
 def _path_of(diagnostic: Diagnostic) -> JsonPath:
     path = diagnostic.details.get("path")
     if isinstance(path, list) and all(isinstance(p, str | int) for p in path):
@@ -121,10 +146,15 @@ def _path_of(diagnostic: Diagnostic) -> JsonPath:
     return ()
 
 
-def parse_json(raw: bytes, *, check: Sequence[str] = ()) -> Body:
+def parse_json(raw: bytes, *, check: Sequence[str] = (), lazy: str | None = None) -> Body:
     """Decode and parse a JSON object body; refuse (422) one that is not UTF-8, not JSON,
     not an object, or whose members named in ``check`` nest too deeply or hold a lone
-    surrogate or a non-finite number (the session is checked by Session v1 itself)."""
+    surrogate or a non-finite number (the session is checked by Session v1 itself).
+
+    The member named ``lazy`` is, where the body is laid out plainly, only located: it is
+    missing from ``data``, its span is in ``spans`` and nothing in it has been checked
+    (:func:`lazy_text` hands it out). A caller that cannot read that text whole as what
+    it should be parses the body again without ``lazy``, for the errors of the body."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -133,7 +163,7 @@ def parse_json(raw: bytes, *, check: Sequence[str] = ()) -> Body:
         at = Location(REQUEST, head.count(b"\n") + 1, col)
         message = f"not UTF-8: invalid byte 0x{raw[exc.start]:02x}"
         raise _invalid("request.encoding", message, at) from None
-    scanned = _members(text)
+    scanned = _members(text, lazy)
     spans: Mapping[str, tuple[int, int]] = {}
     try:
         if scanned is not None:
@@ -177,47 +207,98 @@ def _decode_value(text: str, at: int) -> tuple[Any, int]:
     return _DECODER.raw_decode(text, at)
 
 
-def _members(text: str) -> tuple[dict[str, Any], dict[str, tuple[int, int]]] | None:
+def _members(
+    text: str, lazy: str | None = None, inside: int | None = None
+) -> tuple[dict[str, Any], dict[str, tuple[int, int]]] | None:
     """The object in ``text`` decoded member by member, as ``json.loads`` with the same
     hooks decodes it, and where each member's value lies; None when the text is anything
     but a plain object (bad JSON, a repeated key, a number refused): ``json.loads`` then
-    says what is wrong, and where, as it always has."""
+    says what is wrong, and where, as it always has.
+
+    The member named ``lazy`` is located, not decoded (it is left out of the data): its
+    value is taken to end at the first comma, of those near the end, from which the rest of
+    the text decodes as the object's remaining members (else at the closing brace). That
+    guess is only sound once the value's own text is read whole as one JSON value: JSON
+    parses one way, so a value read whole and the members after it make the one parse of
+    the body; a caller that cannot read it so decodes the body in full. ``inside``: decode
+    the members from there on, as if an object were open (where a member's key starts)."""
     ws = _WS.match
+    data: dict[str, Any] = {}
+    spans: dict[str, tuple[int, int]] = {}
     try:
-        at = ws(text, 0).end()  # type: ignore[union-attr]  # [...]* always matches
-        if text[at : at + 1] != "{":
-            return None
-        at = ws(text, at + 1).end()  # type: ignore[union-attr]
-        data: dict[str, Any] = {}
-        spans: dict[str, tuple[int, int]] = {}
-        if text[at : at + 1] == "}":
-            at = ws(text, at + 1).end()  # type: ignore[union-attr]
+        if inside is not None:
+            at = inside
         else:
-            while True:
-                if text[at : at + 1] != '"':
-                    return None
-                key, at = _decode_value(text, at)
-                at = ws(text, at).end()  # type: ignore[union-attr]
-                if text[at : at + 1] != ":" or key in data:
-                    return None  # json keeps a repeated key's last value: leave it to json
-                start = ws(text, at + 1).end()  # type: ignore[union-attr]
-                data[key], at = _decode_value(text, start)
-                spans[key] = (start, at)
-                at = ws(text, at).end()  # type: ignore[union-attr]
-                sep = text[at : at + 1]
-                at = ws(text, at + 1).end()  # type: ignore[union-attr]
-                if sep == "}":
-                    break
-                if sep != ",":
-                    return None
+            at = ws(text, 0).end()  # type: ignore[union-attr]  # [...]* always matches
+            if text[at : at + 1] != "{":
+                return None
+            at = ws(text, at + 1).end()  # type: ignore[union-attr]
+        if text[at : at + 1] == "}" and inside is None:
+            return (data, spans) if ws(text, at + 1).end() == len(text) else None  # type: ignore[union-attr]
+        while True:
+            if text[at : at + 1] != '"':
+                return None
+            key, at = _decode_value(text, at)
+            at = ws(text, at).end()  # type: ignore[union-attr]
+            if text[at : at + 1] != ":" or key in data or key in spans:
+                return None  # json keeps a repeated key's last value: leave it to json
+            start = ws(text, at + 1).end()  # type: ignore[union-attr]
+            if key == lazy:
+                return _after_lazy(text, start, key, data, spans)
+            data[key], at = _decode_value(text, start)
+            spans[key] = (start, at)
+            at = ws(text, at).end()  # type: ignore[union-attr]
+            sep = text[at : at + 1]
+            at = ws(text, at + 1).end()  # type: ignore[union-attr]
+            if sep == "}":
+                return (data, spans) if at == len(text) else None
+            if sep != ",":
+                return None
     except (ValueError, RecursionError):  # JSONDecodeError and _NumberError among them
         return None
-    return (data, spans) if at == len(text) else None
 
 
-#: The most digits an integer in a body may have: far past any count, size or time (a
-#: 64-bit integer has 20), and short of the cost of converting a huge one.
-MAX_DIGITS = 64
+#: How far from the end of the body a lazy member's end is looked for: the members after it
+#: are a model id or description and the step options.
+_TAIL_CHARS = 256 * 1024
+
+
+def _after_lazy(
+    text: str,
+    start: int,
+    key: str,
+    data: dict[str, Any],
+    spans: dict[str, tuple[int, int]],
+) -> tuple[dict[str, Any], dict[str, tuple[int, int]]] | None:
+    close = _back(text, len(text), start) - 1
+    if close <= start or text[close] != "}":
+        return None
+    ws = _WS.match
+    limit = max(start, close - _TAIL_CHARS)
+    # The leftmost comma from which the rest decodes as the remaining members: the commas
+    # between those members decode too, a comma inside the lazy value (nested deeper) not.
+    found: tuple[int, dict[str, Any], dict[str, tuple[int, int]]] | None = None
+    comma = close
+    while (comma := text.rfind(",", limit, comma)) >= 0:
+        after = ws(text, comma + 1).end()  # type: ignore[union-attr]
+        if text[after : after + 1] != '"':
+            continue
+        rest = _members(text, inside=after)
+        if rest is not None and rest[0] and not (rest[0].keys() & {*data, key}):
+            found = (comma, *rest)
+    end = found[0] if found is not None else close
+    spans[key] = (start, _back(text, end, start))
+    if found is not None:
+        data.update(found[1])
+        spans.update(found[2])
+    return data, spans
+
+
+def _back(text: str, end: int, start: int) -> int:
+    """``end`` moved back over the whitespace before it (not past ``start``)."""
+    while end > start and text[end - 1] in " \t\n\r":
+        end -= 1
+    return end
 
 
 class _NumberError(ValueError):
