@@ -55,7 +55,8 @@ def main(path: Path = SESSIONS[0]) -> None:
         names = plan.settings.system.instructions.project_files
         memo = OnDemandMemo()
         ends = [i for i, m in enumerate(ses.messages) if m.role == "assistant" and i > 0]
-        carried, scratch = [], []
+        carried: list[float] = []
+        scratch: list[float] = []
         for end in ends:
             cut = ses.model_copy(update={"messages": ses.messages[:end]})
             lowered = run(plan, cut, NOWHERE, until="lower").lowered
