@@ -216,6 +216,8 @@ def _layouts() -> list[str]:
         '{"model": {"id": "x", "limits": {"a": 1, "b": 2}}, "session": ' + s + "}",
         ' {"step": {}, "session" : ' + s + ' ,\n "model": "m"}\n',
         '{"session": ' + s + "}",
+        '{"session": ' + s + ', "model": {"id": "x", "a": [1, {"b": 2}], "c": "d, \\"e\\""},'
+        ' "step": {"agent": {"name": "code", "skills": ["a", "b"]}, "step": 2}}',
         '{"session": "a, \\"b\\": 1", "model": "m"}',
     ]
 

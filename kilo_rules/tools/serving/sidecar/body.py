@@ -118,20 +118,15 @@ class Body:
         ]
 
 
-#: A run of digits as long as an integer the body refuses (or longer): text holding one is
-#: read the long way, which says whether it is such an integer.
-_LONG_DIGITS = re.compile(f"[0-9]{{{MAX_DIGITS + 1},}}")  # a signed integer of 65 is one
-
-
 def lazy_text(body: Body, key: str) -> str | None:
-    """The JSON text of ``body``'s member ``key`` when :func:`parse_json` left it lazy,
-    and it spells no number the body would refuse for its digits; else None. It may still
-    not be JSON, or hold NaN, an infinity, a lone surrogate: its reader must refuse those."""
+    """The JSON text of ``body``'s member ``key`` when :func:`parse_json` left it lazy;
+    else None. It may not be JSON, or hold NaN, an infinity, a lone surrogate: its reader
+    must refuse those (a body that spells an integer as long as one refused leaves
+    nothing lazy)."""
     span = body.spans.get(key)
     if span is None or key in body.data:
         return None
-    text = body.text[span[0] : span[1]]
-    return None if _LONG_DIGITS.search(text) else text
+    return body.text[span[0] : span[1]]
 
 
 def is_lazy(body: Body, key: str) -> bool:
@@ -163,6 +158,8 @@ def parse_json(raw: bytes, *, check: Sequence[str] = (), lazy: str | None = None
         at = Location(REQUEST, head.count(b"\n") + 1, col)
         message = f"not UTF-8: invalid byte 0x{raw[exc.start]:02x}"
         raise _invalid("request.encoding", message, at) from None
+    if lazy is not None and _LONG_DIGITS in raw.translate(_DIGITS_ONLY):
+        lazy = None  # an integer it may refuse is found by decoding, where it is
     scanned = _members(text, lazy)
     spans: Mapping[str, tuple[int, int]] = {}
     try:
@@ -191,7 +188,12 @@ def parse_json(raw: bytes, *, check: Sequence[str] = (), lazy: str | None = None
         raise _invalid("request.invalid", "the body must be a JSON object", Location(REQUEST, 1, 1))
     body = Body(data, text, spans)
     for key in check:
-        problem = json_problem(data.get(key), MAX_DEPTH - 1, text)
+        if key not in data:
+            continue  # nothing to check (and the body's text need not be scanned for it)
+        span = spans.get(key)
+        # The member's own text, when known, says as well what cannot fail in it.
+        own = text if span is None else text[span[0] : span[1]]
+        problem = json_problem(data[key], MAX_DEPTH - 1, own)
         if problem is not None:
             rest, kind = problem
             path = (key, *rest)
@@ -201,6 +203,11 @@ def parse_json(raw: bytes, *, check: Sequence[str] = (), lazy: str | None = None
 
 
 _WS = re.compile(r"[ \t\n\r]*")
+#: Each digit made 0 and every other byte a space: a body that then holds no run of 65
+#: zeros holds no integer it refuses (a sign and 64 digits is one). ``re`` would take 30
+#: times as long to look for the run.
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_DIGITS = b"0" * (MAX_DIGITS + 1)
 
 
 def _decode_value(text: str, at: int) -> tuple[Any, int]:
@@ -261,6 +268,9 @@ def _members(
 #: How far from the end of the body a lazy member's end is looked for: the members after it
 #: are a model id or description and the step options.
 _TAIL_CHARS = 256 * 1024
+#: Commas tried past the leftmost one found so far (inside a member after the lazy one, an
+#: inline model's fields, or already inside the lazy value) before it is taken.
+_TAIL_MISSES = 64
 
 
 def _after_lazy(
@@ -278,20 +288,50 @@ def _after_lazy(
     # The leftmost comma from which the rest decodes as the remaining members: the commas
     # between those members decode too, a comma inside the lazy value (nested deeper) not.
     found: tuple[int, dict[str, Any], dict[str, tuple[int, int]]] | None = None
+    misses = 0
     comma = close
-    while (comma := text.rfind(",", limit, comma)) >= 0:
+    while misses < _TAIL_MISSES and (comma := text.rfind(",", limit, comma)) >= 0:
         after = ws(text, comma + 1).end()  # type: ignore[union-attr]
         if text[after : after + 1] != '"':
             continue
-        rest = _members(text, inside=after)
-        if rest is not None and rest[0] and not (rest[0].keys() & {*data, key}):
-            found = (comma, *rest)
+        if found is None:
+            rest = _members(text, inside=after)
+            if rest is not None and rest[0] and not (rest[0].keys() & {*data, key}):
+                found = (comma, *rest)
+            continue
+        # One more member to the left must end where the members found begin: decoding
+        # just it keeps a comma inside the lazy value (or a member's value) cheap to refuse.
+        member = _member(text, after, found[0])
+        if member is None or member[0] in found[1] or member[0] in data or member[0] == key:
+            misses += 1
+            continue
+        name, value, span = member
+        found = (comma, {name: value, **found[1]}, {name: span, **found[2]})
+        misses = 0
     end = found[0] if found is not None else close
     spans[key] = (start, _back(text, end, start))
     if found is not None:
         data.update(found[1])
         spans.update(found[2])
     return data, spans
+
+
+def _member(text: str, at: int, end: int) -> tuple[str, Any, tuple[int, int]] | None:
+    """The member ``"key": value`` at ``text[at]`` if it ends (whitespace aside) at
+    ``end``: its key, value and the value's span; else None."""
+    ws = _WS.match
+    try:
+        name, at = _decode_value(text, at)
+        at = ws(text, at).end()  # type: ignore[union-attr]
+        if text[at : at + 1] != ":":
+            return None
+        start = ws(text, at + 1).end()  # type: ignore[union-attr]
+        value, stop = _decode_value(text, start)
+    except (ValueError, RecursionError):
+        return None
+    if ws(text, stop).end() != end:  # type: ignore[union-attr]
+        return None
+    return name, value, (start, stop)
 
 
 def _back(text: str, end: int, start: int) -> int:
