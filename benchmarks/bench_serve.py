@@ -1,7 +1,8 @@
 """Latency of a build through the sidecar against the same build in process.
 
-Run with ``python benchmarks/bench_serve.py [session.jsonl] [--builds N] [--part latency|load]
-[--load-builds N] [--rounds R]`` (both parts by default). The session
+Run with ``python benchmarks/bench_serve.py [session.jsonl] [--builds N]
+[--part latency|load|resend] [--load-builds N] [--rounds R] [--resend-steps S]`` (latency
+and load by default). The session
 defaults to the largest Claude Code trajectory in ``../shared/data/trajectories`` (or the
 small example in ``examples/sessions``), taken as ``bench_runtime.py`` takes it: its
 recorded compaction left out, the step built the one before the last assistant message.
@@ -24,6 +25,13 @@ the same run, are the same server with one client (targets at 8 clients: through
 1.5x, p50 <= 4x) and the same builds on 8 threads of one process (what the sidecar of one
 process could at best do with 8 clients). The ratios need idle cores to mean anything: the
 last line gives the load average.
+
+The resend part (issue 30) posts the session as an agent does, grown step by step: the
+bodies of its last ``--resend-steps`` cut points, each once, oldest first, to a fresh
+sidecar, and reads each build's time in the sidecar from ``Server-Timing`` (the first, which
+meets the session cold, apart). The yardsticks, in process on the same bodies: the same
+builds reading each session from scratch (``json.loads`` and ``session_from_data``, what
+the sidecar did before it kept a reader), and reading it through one ``SessionReader``.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ import httpx
 from bench_runtime import FALLBACK, LARGEST, MODEL
 
 from kilo_rules.engine.formats.catalog import model_from_data
-from kilo_rules.engine.formats.session import session_from_data
+from kilo_rules.engine.formats.session import Session, SessionReader, session_from_data
 from kilo_rules.engine.importers import read_session
 from kilo_rules.engine.runtime.apply import apply_plan
 from kilo_rules.engine.runtime.context import StepInput, Workspace
@@ -212,10 +220,82 @@ def load(
     print(f"cpus: {os.cpu_count()}; load average at the end: {os.getloadavg()[0]:.1f}")
 
 
+def _body(session: Session, upto: int) -> bytes:
+    cut = session.model_copy(update={"messages": session.messages[:upto]})
+    return json.dumps(
+        {"session": json.loads(cut.model_dump_json(exclude_none=True)), "model": MODEL}
+    ).encode()
+
+
+def resend(policies: Path, session: Session, steps: int) -> None:
+    """A fresh sidecar and in-process builds over the session resent with one more message
+    each step (its last ``steps`` cut points, oldest first)."""
+    n = len(session.messages)
+    bodies = [_body(session, k) for k in range(max(1, n - steps), n + 1)]
+    print(
+        f"\nresend: {len(bodies)} bodies, {n - len(bodies) + 1} to {n} messages, "
+        f"{len(bodies[0]) / 1e6:.2f} to {len(bodies[-1]) / 1e6:.2f} MB"
+    )
+    here = StepInput(workspace=Workspace(cwd=str(Path.cwd().resolve())))
+    with PolicyStore.from_directory(policies) as store:
+        plan = store.plan_for(model_from_data(MODEL))
+
+        def scratch(body: bytes) -> object:
+            return apply_plan(plan, session_from_data(json.loads(body)["session"]), here)
+
+        reader = SessionReader()
+
+        def reused(body: bytes) -> object:
+            # The session's own text, as the sidecar hands it to its reader.
+            text = body.decode()
+            start, end = text.index(":") + 1, text.rindex(', "model"')
+            return apply_plan(plan, reader.read(text[start:end]), here)
+
+        local: dict[str, list[float]] = {"scratch": [], "reader": []}
+        for label, fn in (("scratch", scratch), ("reader", reused)):
+            fn(bodies[0])  # the plan's caches and the reader warm, as the sidecar's are
+            for body in bodies[1:]:
+                start = time.perf_counter()
+                fn(body)
+                local[label].append(time.perf_counter() - start)
+    port = free_port()
+    proc = start_sidecar(policies, port)
+    server: list[float] = []
+    statuses: Counter[int] = Counter()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+            headers = {"content-type": "application/json"}
+            for body in bodies:
+                r = http.post("/v1/build", content=body, headers=headers)
+                statuses[r.status_code] += 1
+                server.append(float(r.headers["server-timing"].partition("dur=")[2]) / 1e3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    first, server = server[0], server[1:]
+    print(f"{'':<44} {'p50':>11} {'mean':>11}")
+    for label, times in (
+        ("in process, session read from scratch", local["scratch"]),
+        ("in process, session through a SessionReader", local["reader"]),
+        ("in the sidecar (Server-Timing)", server),
+    ):
+        print(
+            f"{label:<44} {percentile(times, 0.5) * 1e3:8.1f} ms "
+            f"{statistics.fmean(times) * 1e3:8.1f} ms"
+        )
+    p50 = percentile(server, 0.5)
+    print(
+        f"sidecar per build / in process from scratch, p50: "
+        f"{p50 / percentile(local['scratch'], 0.5):5.2f}x; / through a reader: "
+        f"{p50 / percentile(local['reader'], 0.5):5.2f}x; the first build (cold): "
+        f"{first * 1e3:.1f} ms; answers {dict(statuses)}"
+    )
+
+
 def main(argv: list[str]) -> None:
     """Print the latencies and their ratios."""
     builds = 100
-    load_builds, rounds = 32, 3
+    load_builds, rounds, resend_steps = 32, 3, 30
     part = "all"
     args = []
     it = iter(argv)
@@ -228,6 +308,8 @@ def main(argv: list[str]) -> None:
             load_builds = int(next(it))
         elif a == "--rounds":
             rounds = int(next(it))
+        elif a == "--resend-steps":
+            resend_steps = int(next(it))
         elif not a.startswith("--"):
             args.append(a)
     path = Path(args[0]) if args else (LARGEST if LARGEST.exists() else FALLBACK)
@@ -246,6 +328,9 @@ def main(argv: list[str]) -> None:
         policies = Path(tmp) / "policies"
         policies.mkdir()
         (policies / "routes.yaml").write_text(ROUTES, encoding="utf-8")
+        if part == "resend":
+            resend(policies, step, resend_steps)
+            return
 
         # In process: the same store, a warm plan, the step the sidecar builds (its own
         # working directory as the workspace, as when a request names none).
