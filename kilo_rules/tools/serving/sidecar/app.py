@@ -625,7 +625,7 @@ def build_response(result: StepResult) -> bytes:
     request is neither decoded nor encoded again for it). A wire that holds a lone
     surrogate goes through :func:`dumps`, which writes it as its escape."""
     wire = result.wire
-    if _SURROGATE.search(wire) is not None:
+    if b"\xed" in wire and _SURROGATE.search(wire) is not None:  # the byte first: memchr
         return dumps(_response_json(result))
     payload = _response_json(result)
     keys = list(payload)
