@@ -32,7 +32,8 @@ tool-call ids.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,6 +153,11 @@ class _Turn:
     approvals: bool
 
 
+_APPROVALS = operator.attrgetter("approvals")
+_BARE = operator.attrgetter("bare")
+_ITEMS = operator.attrgetter("items")
+
+
 def _turn(msg: ModelMessage, dialect: Dialect) -> _Turn:
     stripped = without_approval_parts(msg)
     approvals = stripped is not msg
@@ -175,19 +181,22 @@ def render_chat_json(
     def make(msg: ModelMessage) -> _Turn:
         return _turn(msg, dialect)
 
-    conversation = request.conversation
-    system = [make(m) for m in request.system]
-    turns: Sequence[_Turn]
+    everything: list[_Turn]
     if fragments is None:
-        turns = [make(m) for m in conversation]
+        everything = [make(m) for m in request.messages]
     else:
-        turns = fragments.turns(conversation, key, make)
-    # Flags read off the fragments: the rule costs no rendering.
-    everything = [*system, *turns]
-    if any(t.approvals for t in everything) and any(t.bare for t in everything):
+        # The system messages under a key of their own: the store finds a list by its
+        # first item, so a changed system prompt would cost the conversation its prefix.
+        # A new list is built: the lists the store returns are its own.
+        everything = [
+            *fragments.turns(request.system, f"{key}/system", make),
+            *fragments.turns(request.conversation, key, make),
+        ]
+    # Flags read off the fragments (at C speed): the rule costs no rendering.
+    if any(map(_APPROVALS, everything)) and any(map(_BARE, everything)):
         everything = [t for t in everything if not t.bare]
     fields: list[tuple[str, Any]] = [("model", request.model)]
-    fields.append(("messages", items_json(t.items for t in everything)))
+    fields.append(("messages", items_json(map(_ITEMS, everything))))
     if request.tools:
         fields.append(("tools", [_tool(t, dialect) for t in request.tools]))
     if request.max_tokens is not None:
