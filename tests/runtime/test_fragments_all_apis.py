@@ -150,7 +150,7 @@ def test_a_replayed_session_renders_only_what_changed(
     real = providers.render_json
 
     def counting(request: ModelRequest, wire: str, fragments: Any = None) -> bytes:
-        return real(request, wire, Counting(fragments, made) if fragments else None)
+        return real(request, wire, Counting(fragments, made) if fragments is not None else None)
 
     monkeypatch.setattr(providers, "render_json", counting)
     per_step: list[tuple[int, int, int]] = []  # (rendered, new messages, conversation)
@@ -167,13 +167,15 @@ def test_a_replayed_session_renders_only_what_changed(
         if k:
             per_step.append((made[0], conversation - seen, conversation))
         else:  # the first step renders every message, once: the API keeps fragments
-            assert made[0] == conversation
+            assert conversation <= made[0] <= len(request.messages)
         seen = conversation
     assert per_step
     for rendered, new, conversation in per_step:
         assert rendered <= max(new, 0) + CONTEXT_CHANGED, (rendered, new, conversation)
-    # And the history is not among them: the rendering of a step does not grow with it.
-    assert sum(r for r, _, _ in per_step) < sum(c for _, _, c in per_step) / 4
+    # The history is not among them: on a long conversation a step renders a fraction.
+    assert all(
+        rendered < conversation / 4 for rendered, _, conversation in per_step if conversation >= 100
+    )
 
 
 MARK = CacheMark()
