@@ -285,3 +285,12 @@ def test_session_facts_count_the_last_message_of_an_id() -> None:
         assert (got.messages, got.turns, got.compactions, got.has_summary, got.latest) == (
             _facts_by_history(messages)
         )
+
+
+def test_an_empty_fragment_store_is_still_truthy() -> None:
+    # `if fragments:` on a fresh store must not read as "no store" and turn reuse off.
+    from kilo_rules.engine.runtime.memo import Fragments
+
+    store = Fragments()
+    assert len(store) == 0
+    assert store

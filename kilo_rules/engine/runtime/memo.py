@@ -269,3 +269,7 @@ class Fragments:
 
     def __len__(self) -> int:
         return len(self._by_message)
+
+    def __bool__(self) -> bool:
+        # A store is a store even while empty: ``if fragments:`` must not turn reuse off.
+        return True
