@@ -27,7 +27,7 @@ from kilo_rules.engine.runtime.guards import json_list_bytes, overflow, prefligh
 from kilo_rules.engine.runtime.history import completed_compactions, project
 from kilo_rules.engine.runtime.inject import InjectSettings, inject
 from kilo_rules.engine.runtime.lower import lower, lower_settings
-from kilo_rules.engine.runtime.measure import Measure, Piece, measure
+from kilo_rules.engine.runtime.measure import Measure, Piece, last_of_role, measure
 from kilo_rules.engine.runtime.mutations import apply_mutations
 from kilo_rules.engine.runtime.output import cap_output
 from kilo_rules.engine.runtime.prune import apply_marks, prune, prune_settings
@@ -219,16 +219,15 @@ def _inject(st: StepState) -> list[dict[str, Any]]:
 def _lower(st: StepState) -> list[dict[str, Any]]:
     r = st.run
     settings = lower_settings(r.plan, has_summary=st.has_summary)
-    st.lowered = lower(st.view, settings, r.lower_cache, r.lower_lists, ("session", r.session.id))
+    st.lowered = lower(st.view, settings, r.lower_cache, r.lower_lists, r.memo_key)
     ins, files = step_instructions(r)
     found: list[dict[str, Any]] = []
     if ins.on_demand and ins.project_files:
         from kilo_rules.engine.runtime.ondemand import attach
 
         loaded = {f.path for f in files}
-        key = ("session", r.session.id)
         st.lowered, found = attach(
-            st.lowered, ins.project_files, loaded, r.step.workspace, r.ondemand, key
+            st.lowered, ins.project_files, loaded, r.step.workspace, r.ondemand, r.memo_key
         )
     st.pieces = r.json.plain_list(st.lowered)
     st.size = json_list_bytes(st.pieces)
@@ -417,8 +416,7 @@ def stage_cache(st: StepState) -> None:
         },
     )
     settings = plan.cache_settings(automatic_enabled=automatic)
-    key = ("session", r.session.id)
-    st.request, decided = place_markers(request, settings, r.marks, key)
+    st.request, decided = place_markers(request, settings, r.marks, r.memo_key)
     for d in decided:
         rest = {k: v for k, v in d.items() if k not in ("rule", "action", "reason")}
         severity = "warning" if d.get("action") == "warn" else "info"
@@ -532,7 +530,7 @@ def _dynamic_names(
     last = last_finished(view)
     t = last.tokens if last else None
     step = r.step
-    last_user = _last_index(lowered, "user")
+    last_user = last_of_role(lowered, "user")
     return {
         "session.turns": r.facts.turns,
         "session.messages": r.facts.messages,
@@ -558,14 +556,6 @@ def _dynamic_names(
         "env.platform": step.workspace.platform,
         "env.cwd": step.workspace.cwd,
     }
-
-
-def _last_index(messages: Sequence[ModelMessage], role: str) -> int:
-    """The index of the last message of ``role`` (-1: none), found from the end."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].role == role:
-            return i
-    return -1
 
 
 def _configured_output(r: StepRun, ctx: dict[str, Any]) -> int | None:

@@ -66,9 +66,10 @@ def newest_summary(messages: Sequence[Message]) -> int | None:
     return None
 
 
-def _last_index(messages: Sequence[Message], mid: str | None) -> int | None:
+def last_index(messages: Sequence[Message], mid: str | None) -> int | None:
     """The index of the last message with id ``mid`` (as an id -> index map built over
-    all of ``messages`` gives it), searched from the end."""
+    all of ``messages`` gives it), searched from the end: the ids a step looks up are
+    those of its newest messages."""
     for k in range(len(messages) - 1, -1, -1):
         if messages[k].id == mid:
             return k
@@ -81,7 +82,7 @@ def last_completed_compaction(messages: Sequence[Message]) -> tuple[int, int] | 
     for j in range(len(messages) - 1, -1, -1):
         m = messages[j]
         if is_completed_summary(m) and m.parent_id is not None:
-            i = _last_index(messages, m.parent_id)
+            i = last_index(messages, m.parent_id)
             if i is not None and compaction_part(messages[i]) is not None:
                 return i, j
     return None

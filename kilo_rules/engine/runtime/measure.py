@@ -326,13 +326,13 @@ def measure(
     tool_tokens = counter(_tools_json(tools))
     normalized = math.ceil((chars + tool_tokens) * factor)
     raw = math.ceil((chars + extra + tool_tokens) * factor)
-    last_assistant = _last_index(messages, "assistant")
+    last_assistant = last_of_role(messages, "assistant")
     tail = math.ceil(cache.count(pieces[last_assistant + 1 :]) * factor)
     system_chars = sum(
         len(p.text) for m in messages if m.role == "system" for p in m.parts if isinstance(p, Text)
     )
     overhead = math.ceil((tool_tokens + math.floor(system_chars / 4 + 0.5)) * factor)
-    last_user = _last_index(messages, "user")
+    last_user = last_of_role(messages, "user")
     continuation = any(m.role == "tool" for m in messages[last_user + 1 :])
     return Measure(chars, tool_tokens, extra, normalized, raw, tail, overhead, continuation, media)
 
@@ -345,7 +345,7 @@ def _leading_system(messages: Sequence[ModelMessage]) -> int:
     return k
 
 
-def _last_index(messages: Sequence[ModelMessage], role: str) -> int:
+def last_of_role(messages: Sequence[ModelMessage], role: str) -> int:
     """The index of the last message of ``role`` (-1: none), found from the end."""
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].role == role:

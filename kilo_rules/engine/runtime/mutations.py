@@ -20,6 +20,7 @@ from pydantic import TypeAdapter
 
 from kilo_rules.engine.base.errors import Diagnostic, KiloRulesError, Location
 from kilo_rules.engine.formats.session import CompactionPart, Message, Part, Session, ToolPart
+from kilo_rules.engine.runtime.history import last_index
 
 __all__ = ["OPS", "MutationError", "apply_mutations", "missing", "restore"]
 
@@ -69,10 +70,7 @@ class _Index:
     def get(self, mid: str) -> int | None:
         if self.ids is not None:
             return self.ids.get(mid)
-        for k in range(len(self.messages) - 1, -1, -1):
-            if self.messages[k].id == mid:
-                return k
-        return None
+        return last_index(self.messages, mid)
 
     def add(self, mid: str) -> bool:
         """Record a message about to be appended; False when its id is taken."""

@@ -170,6 +170,8 @@ class StepRun:
         self.ondemand = caches.ondemand
         #: The session-wide facts (``session.*`` values, the newest time), read once.
         self.facts = caches.facts.facts(session.messages)
+        #: Where the per-session memos (lowering, on-demand, marks) keep this session's list.
+        self.memo_key = ("session", session.id)
         if warning:
             self.decide("lower", "tokens.counter", "tokens.counter", {}, warning, "warning")
 
