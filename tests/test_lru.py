@@ -102,3 +102,21 @@ def test_concurrent_use_stays_bounded_and_consistent() -> None:
         t.join()
     assert not errors
     assert len(cache) <= 16
+
+
+def test_a_weighed_cache_bounds_the_sum_of_weights_not_the_count() -> None:
+    cache: LRUCache[str, str] = LRUCache(10, weigh=len)
+    cache.put("a", "xxxx")
+    cache.put("b", "yyyy")
+    assert cache.weight() == 8
+    cache.put("a", "xx")  # replacing an entry gives its old weight back
+    assert cache.weight() == 6
+    cache.put("c", "zzzzzz")  # 12 > 10: the least recently used ("b") goes
+    assert cache.get("b") is None
+    assert cache.get("a") == "xx"
+    assert cache.weight() == 8
+    cache.put("d", "w" * 11)  # heavier than the whole bound: not kept, nothing dropped
+    assert cache.get("d") is None
+    assert len(cache) == 2
+    cache.clear()
+    assert cache.weight() == 0

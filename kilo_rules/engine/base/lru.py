@@ -47,19 +47,31 @@ class CacheStats:
 class LRUCache(Generic[K, V]):
     """A map of at most ``maxsize`` entries that forgets the least recently used first.
 
+    With ``weigh``, ``maxsize`` bounds the sum of ``weigh(value)`` instead of the count
+    (a cache of texts bounded by characters: one large value weighs as much as many small
+    ones); a value heavier than the whole bound is not kept.
+
     Thread-safe: every read and write of the map holds a lock. :meth:`get_or` makes a
     missing value outside the lock (making it may be slow), so two threads missing the same
     key may both make it; the later one is kept, which is harmless for the pure
     computations cached here.
     """
 
-    def __init__(self, maxsize: int = 8192, *, by_identity: bool = False) -> None:
+    def __init__(
+        self,
+        maxsize: int = 8192,
+        *,
+        by_identity: bool = False,
+        weigh: Callable[[V], int] | None = None,
+    ) -> None:
         if maxsize < 1:
             raise ValueError("maxsize must be at least 1")
         self.maxsize = maxsize
         self.by_identity = by_identity
+        self._weigh = weigh
         # The entry keeps the key beside the value: an identity key must stay alive.
         self._data: OrderedDict[object, tuple[K, V]] = OrderedDict()
+        self._weight = 0  # the sum of weigh(value) over the entries (with weigh only)
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
@@ -84,11 +96,25 @@ class LRUCache(Generic[K, V]):
     def put(self, key: K, value: V) -> None:
         """Cache ``value`` for ``key``, dropping the least recently used beyond the bound."""
         slot: object = id(key) if self.by_identity else key
+        weigh = self._weigh
         with self._lock:
+            if weigh is None:
+                self._data[slot] = (key, value)
+                self._data.move_to_end(slot)
+                if len(self._data) > self.maxsize:
+                    self._data.popitem(last=False)
+                return
+            old = self._data.pop(slot, None)
+            if old is not None:
+                self._weight -= weigh(old[1])
+            weight = weigh(value)
+            if weight > self.maxsize:
+                return
             self._data[slot] = (key, value)
-            self._data.move_to_end(slot)
-            if len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
+            self._weight += weight
+            while self._weight > self.maxsize:
+                _, (_, dropped) = self._data.popitem(last=False)
+                self._weight -= weigh(dropped)
 
     def get_or(self, key: K, make: Callable[[], V]) -> V:
         """The value cached for ``key``, or ``make()`` cached and returned when absent."""
@@ -105,6 +131,11 @@ class LRUCache(Generic[K, V]):
         with self._lock:
             return list(self._data.values())
 
+    def weight(self) -> int:
+        """The sum of ``weigh(value)`` over the entries (0 without ``weigh``)."""
+        with self._lock:
+            return self._weight
+
     def stats(self) -> CacheStats:
         """Hits, misses and current size."""
         with self._lock:
@@ -114,6 +145,7 @@ class LRUCache(Generic[K, V]):
         """Forget every entry and reset the counters."""
         with self._lock:
             self._data.clear()
+            self._weight = 0
             self._hits = 0
             self._misses = 0
 

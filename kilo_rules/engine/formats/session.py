@@ -14,7 +14,6 @@ import json
 import math
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kilo_rules.engine.base import safefs
 from kilo_rules.engine.base.cancel import checkpoint
 from kilo_rules.engine.base.errors import Diagnostic, Location, SessionError
+from kilo_rules.engine.base.lru import LRUCache
 from kilo_rules.engine.base.source import JsonPath, JsonText, json_problem, nearest
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -479,59 +479,63 @@ class ReaderStats:
     max_chars: int
 
 
+def _chars(versions: tuple[_Known, ...]) -> int:
+    return sum(len(k.text) for k in versions)
+
+
 class _KnownMessages:
     """Messages by the beginning of their text (versions of one beginning kept together),
-    at most ``max_chars`` characters of text in all, the least recently used dropped first.
-    Thread-safe: every look-up and change holds the lock."""
+    at most ``max_chars`` characters of text in all, the least recently used dropped first
+    (a :class:`~kilo_rules.engine.base.lru.LRUCache` weighed by characters; ``max_chars``
+    0 keeps nothing). Thread-safe; two threads adding versions of one beginning at once
+    may keep one of them only, which costs a later read, never a wrong one."""
 
     def __init__(self, max_chars: int, versions: int) -> None:
         self.max_chars = max_chars
         self.versions = versions
-        self._lock = threading.Lock()
-        self._by_prefix: OrderedDict[str, tuple[_Known, ...]] = OrderedDict()
-        self._chars = 0
-        self._count = 0
+        self._store: LRUCache[str, tuple[_Known, ...]] | None = (
+            LRUCache(max_chars, weigh=_chars) if max_chars else None
+        )
+        self._lock = threading.Lock()  # the counters only
         self._hits = 0
         self._misses = 0
 
     def find(self, text: str, at: int, prefix: str) -> _Known | None:
         """The message whose whole text ``text`` holds at ``at``, among those whose text
         begins with ``prefix``."""
-        with self._lock:
-            for known in self._by_prefix.get(prefix, ()):
-                # A JSON object ends where its text says: a document that holds a known
-                # message's whole text at this place holds exactly that message here.
-                if text.startswith(known.text, at):
-                    self._by_prefix.move_to_end(prefix)
+        versions = self._store.get(prefix) if self._store is not None else None
+        for known in versions or ():
+            # A JSON object ends where its text says: a document that holds a known
+            # message's whole text at this place holds exactly that message here.
+            if text.startswith(known.text, at):
+                with self._lock:
                     self._hits += 1
-                    return known
+                return known
+        with self._lock:
             self._misses += 1
-            return None
+        return None
 
     def add(self, prefix: str, known: _Known) -> None:
         """Keep ``known``, the newest version of its beginning."""
-        size = len(known.text)
-        if size > self.max_chars:
+        store = self._store
+        if store is None or len(known.text) > self.max_chars:
             return
-        with self._lock:
-            old = self._by_prefix.pop(prefix, ())
-            versions = (known, *(k for k in old if k.text != known.text))[: self.versions]
-            self._by_prefix[prefix] = versions
-            self._chars += sum(len(k.text) for k in versions) - sum(len(k.text) for k in old)
-            self._count += len(versions) - len(old)
-            while self._chars > self.max_chars:
-                _, dropped = self._by_prefix.popitem(last=False)
-                self._chars -= sum(len(k.text) for k in dropped)
-                self._count -= len(dropped)
+        old = store.get(prefix) or ()
+        store.put(prefix, (known, *(k for k in old if k.text != known.text))[: self.versions])
 
     def stats(self) -> ReaderStats:
+        store = self._store
+        held = store.items() if store is not None else []
+        chars = store.weight() if store is not None else 0
         with self._lock:
-            return ReaderStats(self._hits, self._misses, self._count, self._chars, self.max_chars)
+            hits, misses = self._hits, self._misses
+        return ReaderStats(hits, misses, sum(len(v) for _, v in held), chars, self.max_chars)
 
     def clear(self) -> None:
+        if self._store is not None:
+            self._store.clear()
         with self._lock:
-            self._by_prefix.clear()
-            self._chars = self._count = self._hits = self._misses = 0
+            self._hits = self._misses = 0
 
 
 class SessionReader:
