@@ -34,6 +34,7 @@ LOGS: list[tuple[str, str, int | None, str]] = [
     ("shared", "mini-swe-agent-v2-deepseek-sqlfluff-1733.traj.json", None, "mini_swe_agent"),
     ("inline", "openai-chat.json", None, "openai_chat"),
     ("inline", "anthropic-messages.json", None, "anthropic_messages"),
+    ("inline", "openai-responses.json", None, "openai_responses"),
 ]
 
 # A 32k window: the big logs overflow it, so the replays compact (or give up) and the
@@ -131,7 +132,68 @@ def _anthropic_messages() -> dict[str, Any]:
     }
 
 
-_INLINE = {"openai-chat.json": _openai_chat, "anthropic-messages.json": _anthropic_messages}
+def _openai_responses() -> dict[str, Any]:
+    """A short tool-using OpenAI Responses request body, with encrypted reasoning."""
+    return {
+        "model": "gpt-5",
+        "instructions": "You are a careful coding agent.",
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "input_text",
+                        "text": "Why does test_parse fail? Screenshot attached.",
+                    },
+                    {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+                ],
+            },
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [
+                    {"type": "summary_text", "text": "The failure is probably in parse()."}
+                ],
+                "encrypted_content": "gAAAA-opaque",
+            },
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call_1",
+                "name": "read",
+                "arguments": '{"path": "src/parse.py"}',
+            },
+            {
+                "type": "function_call_output",
+                "call_id": "call_1",
+                "output": "def parse(s):\n    return int(s.strip(','))\n",
+            },
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": "msg_1",
+                "content": [
+                    {"type": "output_text", "text": "parse() strips commas only at the ends."}
+                ],
+            },
+            {"role": "user", "content": "Fix it."},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "name": "read",
+                "description": "Read a file.",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            }
+        ],
+    }
+
+
+_INLINE = {
+    "openai-chat.json": _openai_chat,
+    "anthropic-messages.json": _anthropic_messages,
+    "openai-responses.json": _openai_responses,
+}
 
 
 def _log(where: str, name: str, tmp_path: Path) -> Path:

@@ -147,7 +147,7 @@ _REASONS = {
     "README": "not valid JSON: Expecting value",
     "SOURCES.md": "not valid JSON: Expecting value",
     "package.json": "cannot tell the format of this JSON (tried mini_swe_agent, swe_agent, "
-    "openhands, claude_code, anthropic_messages, openai_chat)",
+    "openhands, claude_code, openai_responses, anthropic_messages, openai_chat)",
 }
 
 

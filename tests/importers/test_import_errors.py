@@ -121,8 +121,8 @@ def test_unknown_format_names_the_formats_tried() -> None:
     assert diag.code == "import.format"
     assert diag.message == (
         "cannot tell the format of this JSON (tried mini_swe_agent, "
-        "swe_agent, openhands, claude_code, anthropic_messages, "
-        "openai_chat)"
+        "swe_agent, openhands, claude_code, openai_responses, "
+        "anthropic_messages, openai_chat)"
     )
     assert str(diag.location) == "x.json:1:1"
     with pytest.raises(ImportFormatError, match="JSON Lines file"):
@@ -144,6 +144,7 @@ def test_unknown_format_name() -> None:
         "claude_code",
         "mini_swe_agent",
         "openai_chat",
+        "openai_responses",
         "openhands",
         "swe_agent",
     }

@@ -54,6 +54,7 @@ from kilo_rules.engine.importers import (
     claude_code,
     mini_swe_agent,
     openai_chat,
+    openai_responses,
     openhands,
     swe_agent,
 )
@@ -74,7 +75,15 @@ _Sniff = Callable[[Source], bool]
 _Convert = Callable[[Source, int], Session]
 
 # Detection order matters: the specific shapes first, the generic chat arrays last.
-_MODULES = (mini_swe_agent, swe_agent, openhands, claude_code, anthropic_messages, openai_chat)
+_MODULES = (
+    mini_swe_agent,
+    swe_agent,
+    openhands,
+    claude_code,
+    openai_responses,
+    anthropic_messages,
+    openai_chat,
+)
 _SNIFF: dict[str, _Sniff] = {m.NAME: m.sniff for m in _MODULES}
 _CONVERT: dict[str, _Convert] = {m.NAME: m.convert for m in _MODULES}
 # JSON Lines formats; the others are one JSON document.
