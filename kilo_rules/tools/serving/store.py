@@ -785,6 +785,10 @@ class _DirectorySource(_Source):
 BUNDLED_ROUTES = "version: 1\nroutes: []\ndefault: kilo-default\n"
 
 
+def _bundled_routes(default: str) -> str:
+    return BUNDLED_ROUTES.replace("kilo-default", default)
+
+
 class _BundledSource(_Source):
     """The policies shipped with kilo-rules, every model routed to ``kilo-default``: what
     a store serves when the operator named nothing else."""
@@ -792,9 +796,12 @@ class _BundledSource(_Source):
     kind: SourceKind = "bundled"
     label = "<bundled>"
 
+    def __init__(self, default: str = "kilo-default") -> None:
+        self.default = default
+
     def stage(self, dest: Path, current: str | None) -> _Staged:
         dest.mkdir(mode=0o700)
-        _write_new(dest / ROUTES_FILE, BUNDLED_ROUTES.encode("utf-8"))
+        _write_new(dest / ROUTES_FILE, _bundled_routes(self.default).encode("utf-8"))
         return _Staged(directory_revision(dest))
 
     def changed(self) -> bool:
@@ -1215,12 +1222,14 @@ class PolicyStore:
         return store
 
     @classmethod
-    def from_bundled(cls, *, settings: StoreSettings | None = None) -> PolicyStore:
-        """A store over the policies shipped with kilo-rules, every model on
-        ``kilo-default`` (the routes :data:`BUNDLED_ROUTES`): what ``kilo-rules serve``
-        serves when no source is named. Its source reads ``<bundled>``; it never changes,
-        so there is nothing to watch."""
-        return cls(_BundledSource(), _with_source(settings))
+    def from_bundled(
+        cls, *, settings: StoreSettings | None = None, default: str = "kilo-default"
+    ) -> PolicyStore:
+        """A store over the policies shipped with kilo-rules, every model on ``default``
+        (``kilo-default``: the routes :data:`BUNDLED_ROUTES`): what ``kilo-rules serve``
+        serves when no source is named (``kilo-rules gateway`` serves ``gateway``). Its
+        source reads ``<bundled>``; it never changes, so there is nothing to watch."""
+        return cls(_BundledSource(default), _with_source(settings))
 
     @classmethod
     def from_bundle(

@@ -196,9 +196,12 @@ class Guard:
     """ASGI middleware: authenticate, check the Host and the body's type, before the app
     (and before the body is read). Refusals are the sidecar's typed JSON errors."""
 
-    def __init__(self, app: ASGIApp, *, access: Access) -> None:
+    def __init__(self, app: ASGIApp, *, access: Access, header: str = "authorization") -> None:
         self.app = app
         self.access = access
+        # The gateway's callers send their provider's key in Authorization; its own token
+        # comes in Proxy-Authorization.
+        self.header = header.lower().encode("latin-1")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -209,16 +212,17 @@ class Guard:
         if access.open_probes and path in PROBES and scope.get("method") in ("GET", "HEAD"):
             await self.app(scope, receive, send)
             return
-        headers = _headers(scope)
+        headers = _headers(scope, self.header)
         if access.auth:
-            seen = access.authenticated(headers.get(b"authorization"))
+            seen = access.authenticated(headers.get(self.header))
             if not seen:
                 invalid = seen is False
                 code = "auth.invalid" if invalid else "auth.missing"
                 message = (
                     "the bearer token is not one this sidecar accepts"
                     if invalid
-                    else "authentication required: send Authorization: Bearer <token>"
+                    else "authentication required: send "
+                    f"{self.header.decode().title()}: Bearer <token>"
                 )
                 challenge = _REALM + (', error="invalid_token"' if invalid else "")
                 await _refuse(scope, send, 401, code, message, [(b"www-authenticate", challenge)])
@@ -246,12 +250,12 @@ class Guard:
         await self.app(scope, receive, send)
 
 
-def _headers(scope: Scope) -> dict[bytes, bytes | None]:
+def _headers(scope: Scope, token: bytes = b"authorization") -> dict[bytes, bytes | None]:
     """The headers the guard reads; one sent twice counts as not sent (None), so that no
     proxy and server can disagree about which of the two was meant."""
     out: dict[bytes, bytes | None] = {}
     for name, value in scope.get("headers", ()):
-        if name in (b"authorization", b"host", b"content-type"):
+        if name in (token, b"host", b"content-type"):
             out[name] = None if name in out else value
     return out
 

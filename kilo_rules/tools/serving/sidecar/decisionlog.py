@@ -19,12 +19,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 #: The longest line written, newline included.
 MAX_LINE_BYTES = 16 * 1024
 #: The longest string field kept (a model id, an error code) before it is cut.
 MAX_FIELD_CHARS = 256
+
+
+class LogRecord(Protocol):
+    """What a line is made from: its fields (``rules`` among them), strings already cut."""
+
+    def to_json(self, now: datetime | None = None) -> dict[str, Any]:
+        """The line's fields."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,33 +53,34 @@ class BuildRecord:
         when = (now or datetime.now(UTC)).isoformat(timespec="milliseconds")
         out: dict[str, Any] = {
             "time": when.replace("+00:00", "Z"),
-            "revision": _cut(self.revision),
-            "model": _cut(self.model),
-            "provider": _cut(self.provider),
+            "revision": cut(self.revision),
+            "model": cut(self.model),
+            "provider": cut(self.provider),
             "decisions": self.decisions,
-            "rules": [_cut(r) for r in dict.fromkeys(self.rules)],
+            "rules": [cut(r) for r in dict.fromkeys(self.rules)],
             "duration_ms": round(self.duration_ms, 3),
             "status": self.status,
         }
         if self.error is not None:
-            out["error"] = _cut(self.error)
+            out["error"] = cut(self.error)
         return out
 
 
-def _cut(text: str | None) -> str | None:
+def cut(text: str | None) -> str | None:
+    """``text`` cut to :data:`MAX_FIELD_CHARS`."""
     if text is None or len(text) <= MAX_FIELD_CHARS:
         return text
     return text[: MAX_FIELD_CHARS - 1] + "…"
 
 
-def encode_line(record: BuildRecord, now: datetime | None = None) -> bytes:
+def encode_line(record: LogRecord, now: datetime | None = None) -> bytes:
     """One line of the log (newline included), at most :data:`MAX_LINE_BYTES` long."""
     data = record.to_json(now)
     line = _dumps(data)
     if len(line) > MAX_LINE_BYTES:
         # The rule names are what may grow without bound (one per decision); the count says
         # how many there were.
-        rules = data["rules"]
+        rules = data.get("rules") or []
         data["rules_truncated"] = True
         while rules and len(line) > MAX_LINE_BYTES:
             del rules[len(rules) // 2 :]
@@ -84,13 +93,14 @@ def _dumps(data: dict[str, Any]) -> bytes:
 
 
 class DecisionLog:
-    """Appends :class:`BuildRecord` lines to ``path``; safe to call from many threads."""
+    """Appends :class:`BuildRecord` (or any :class:`LogRecord`) lines to ``path``; safe
+    to call from many threads."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
 
-    def write(self, record: BuildRecord) -> None:
+    def write(self, record: LogRecord) -> None:
         """Append one line. A write that fails (a full disk, a removed directory) raises
         ``OSError``; the caller decides whether a build should fail for it."""
         line = encode_line(record)

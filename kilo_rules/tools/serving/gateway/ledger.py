@@ -1,0 +1,224 @@
+"""The compaction ledger: what the gateway forwarded in place of a history's head.
+
+An agent resends its whole history every turn. When the policy compacts, the gateway
+records the items it sent in place of the first ``position`` items (the summary) under the
+hash chain of those items (:func:`chain`); every later request whose history starts with
+the same items — verified by the chain, never by a session id — is sent with the same
+replacement, byte for byte, so the provider's prompt cache keeps hitting and a summary is
+made once. A history that no longer matches (the client compacted by itself) finds no
+entry and starts fresh.
+
+The embedded store is SQLite in WAL mode: it survives restarts, is shared by the worker
+processes of one machine, and is bounded (entries expire ``ttl_seconds`` after their last
+use; beyond ``max_entries`` the least recently used go first). The provider's reported
+usage is kept beside it, per history prefix, for the next request's compaction trigger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kilo_rules.tools.serving.gateway.protocols import Usage
+
+__all__ = ["Entry", "LedgerError", "SqliteLedger", "canonical", "chain"]
+
+#: Hashes per query: well under SQLite's bound on parameters.
+_CHUNK = 500
+
+
+class LedgerError(Exception):
+    """The ledger store failed; the gateway passes the request through and says why."""
+
+
+def _strip_marks(value: Any) -> Any:
+    # A client moves its cache marks every turn (Claude Code marks the newest messages):
+    # the same message with or without a mark is the same history.
+    if isinstance(value, dict):
+        return {k: _strip_marks(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip_marks(v) for v in value]
+    return value
+
+
+def canonical(item: Any) -> bytes:
+    """The bytes an item is hashed as: sorted keys, no whitespace, cache marks left out."""
+    text = json.dumps(_strip_marks(item), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def chain(scope: str, digests: Iterable[bytes]) -> list[str]:
+    """``out[i]``: the hash of the first ``i + 1`` items, each given by its digest, under
+    ``scope`` (tenant, upstream and protocol: two tenants never share an entry)."""
+    h = hashlib.sha256(scope.encode()).digest()
+    out: list[str] = []
+    for d in digests:
+        h = hashlib.sha256(h + d).digest()
+        out.append(h.hex())
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One compaction: the first ``position`` items (chain hash ``key``) are sent as the
+    items of the JSON array ``replacement``."""
+
+    key: str
+    position: int
+    replacement: str
+    summary_chars: int = 0
+    created: float = 0.0
+
+
+class SqliteLedger:
+    """The ledger in one SQLite file; safe across threads and processes."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        ttl_seconds: float = 7 * 86400,
+        max_entries: int = 100_000,
+        max_entry_bytes: int = 8 << 20,
+    ) -> None:
+        self.path = Path(path)
+        self.ttl_seconds = ttl_seconds
+        self.max_entries = max_entries
+        self.max_entry_bytes = max_entry_bytes
+        self._lock = threading.Lock()
+        self._writes = 0
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, timeout=5.0, check_same_thread=False, isolation_level=None
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(
+                """
+                CREATE TABLE IF NOT EXISTS compactions (
+                    key TEXT PRIMARY KEY, position INTEGER NOT NULL,
+                    replacement TEXT NOT NULL, summary_chars INTEGER NOT NULL,
+                    created REAL NOT NULL, used REAL NOT NULL);
+                CREATE INDEX IF NOT EXISTS compactions_used ON compactions(used);
+                CREATE TABLE IF NOT EXISTS usage (
+                    key TEXT NOT NULL, boundary TEXT NOT NULL, position INTEGER NOT NULL,
+                    input INTEGER NOT NULL, cache_read INTEGER NOT NULL,
+                    cache_write INTEGER NOT NULL, output INTEGER NOT NULL, used REAL NOT NULL,
+                    PRIMARY KEY (key, boundary));
+                CREATE INDEX IF NOT EXISTS usage_used ON usage(used);
+                """
+            )
+        except (sqlite3.Error, OSError) as exc:
+            raise LedgerError(f"cannot open the ledger {self.path}: {exc}") from None
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._db.close()
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        try:
+            with self._lock:
+                return self._db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger: {exc}") from None
+
+    # -- compactions ----------------------------------------------------------------------
+    def longest(self, hashes: Sequence[str]) -> Entry | None:
+        """The entry of the longest prefix whose chain hash is in ``hashes`` (``hashes[i]``
+        being the hash of the first ``i + 1`` items), or None."""
+        best: Entry | None = None
+        for at in range(0, len(hashes), _CHUNK):
+            part = hashes[at : at + _CHUNK]
+            rows = self._run(
+                "SELECT key, position, replacement, summary_chars, created FROM compactions "
+                f"WHERE key IN ({','.join('?' * len(part))})",
+                part,
+            )
+            for key, position, replacement, chars, created in rows:
+                # The chain already ties the hash to its position; check it all the same.
+                found = 0 < position <= len(hashes) and hashes[position - 1] == key
+                if found and (best is None or position > best.position):
+                    best = Entry(key, position, replacement, chars, created)
+        if best is not None:
+            now = time.time()
+            self._run(
+                "UPDATE compactions SET used = ? WHERE key = ? AND used < ?",
+                (now, best.key, now - 60),
+            )
+        return best
+
+    def record(self, entry: Entry) -> Entry:
+        """Store ``entry`` unless one is recorded for its key already; either way, the
+        entry now recorded (a concurrent writer's, when it won)."""
+        if len(entry.replacement.encode("utf-8", "surrogatepass")) > self.max_entry_bytes:
+            raise LedgerError(f"a replacement over {self.max_entry_bytes} bytes is not kept")
+        now = time.time()
+        self._run(
+            "INSERT OR IGNORE INTO compactions VALUES (?, ?, ?, ?, ?, ?)",
+            (entry.key, entry.position, entry.replacement, entry.summary_chars, now, now),
+        )
+        self._maybe_evict(now)
+        rows = self._run(
+            "SELECT key, position, replacement, summary_chars, created FROM compactions "
+            "WHERE key = ?",
+            (entry.key,),
+        )
+        return Entry(*rows[0]) if rows else entry
+
+    # -- usage ----------------------------------------------------------------------------
+    def last_usage(self, hashes: Sequence[str], boundary: str) -> tuple[int, Usage] | None:
+        """The usage reported for the longest prefix in ``hashes`` sent with the compaction
+        ``boundary`` ("" for none): (its length in items, the usage)."""
+        best: tuple[int, Usage] | None = None
+        for at in range(0, len(hashes), _CHUNK):
+            part = hashes[at : at + _CHUNK]
+            rows = self._run(
+                "SELECT key, position, input, cache_read, cache_write, output FROM usage "
+                f"WHERE boundary = ? AND key IN ({','.join('?' * len(part))})",
+                [boundary, *part],
+            )
+            for key, position, i, r, w, o in rows:
+                found = 0 < position <= len(hashes) and hashes[position - 1] == key
+                if found and (best is None or position > best[0]):
+                    best = (position, Usage(i, r, w, o))
+        return best
+
+    def record_usage(self, key: str, position: int, boundary: str, usage: Usage) -> None:
+        """Store what the provider reported for the request of ``position`` items."""
+        now = time.time()
+        self._run(
+            "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                key,
+                boundary,
+                position,
+                usage.input,
+                usage.cache_read,
+                usage.cache_write,
+                usage.output,
+                now,
+            ),
+        )
+        self._maybe_evict(now)
+
+    def _maybe_evict(self, now: float) -> None:
+        self._writes += 1
+        if self._writes % 64 != 1:
+            return
+        cutoff = now - self.ttl_seconds
+        for table in ("compactions", "usage"):
+            self._run(f"DELETE FROM {table} WHERE used < ?", (cutoff,))
+            self._run(
+                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
+                "ORDER BY used DESC LIMIT -1 OFFSET ?)",
+                (self.max_entries,),
+            )
