@@ -665,7 +665,7 @@ class _Reply:
     def _responses_usage(self) -> dict[str, Any]:
         return {
             "input_tokens": self.step.input,
-            "input_tokens_details": {"cached_tokens": self.step.read},
+            "input_tokens_details": {"cached_tokens": self.step.read, "cache_write_tokens": 0},
             "output_tokens": self.output,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": self.step.input + self.output,
