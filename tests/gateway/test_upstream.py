@@ -306,7 +306,8 @@ def test_a_broken_tool_pair_is_refused(
             model=CLAUDE, max_tokens=8, tools=[WEATHER_ANTHROPIC], messages=messages
         )
     error = caught.value.body["error"]  # type: ignore[index]
-    assert error["type"] == "invalid_request_error" and error["message"]
+    assert error["type"] == "invalid_request_error"
+    assert "result" in error["message"]  # check_body's call/result pairing rules
     assert upstream.received[0].refused == "invalid_body"
 
 

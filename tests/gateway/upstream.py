@@ -61,7 +61,7 @@ from starlette.types import Receive, Scope, Send
 
 from kilo_rules.engine.formats.catalog import bundled_catalog
 from kilo_rules.engine.providers.acceptance import BodyContext, check_body
-from kilo_rules.engine.providers.cachesim import CacheSimulator, CacheStep, blocks
+from kilo_rules.engine.providers.cachesim import CacheKind, CacheSimulator, CacheStep, blocks
 from kilo_rules.engine.text.tokens import CountCache, counter_for
 
 from ..providers.wire_checks import check, strict_validator
@@ -79,7 +79,11 @@ MODELS = "/v1/models"
 
 # The wire API (for check_body and the SDK types) and the cache kind of each endpoint.
 _API = {ANTHROPIC: "anthropic", CHAT: "openai", RESPONSES: "openai-responses"}
-_CACHE_KIND = {ANTHROPIC: "explicit", CHAT: "automatic", RESPONSES: "automatic"}
+_CACHE_KIND: dict[str, CacheKind] = {
+    ANTHROPIC: "explicit",
+    CHAT: "automatic",
+    RESPONSES: "automatic",
+}
 
 
 @dataclass
@@ -148,10 +152,19 @@ def _openai_error(
 def _sdk_error_text(exc: Exception) -> tuple[str, str | None]:
     """A message and a JSON path for a body the SDK type refuses."""
     if isinstance(exc, pydantic_core.ValidationError):
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return f"{where}: {first['msg']}", where or None
+        # The deepest error of a union is the most telling; the union members' names
+        # (UserMessageParam, str, list[...]) that pydantic puts in the location are left out.
+        best = max(exc.errors(), key=lambda e: len(e["loc"]))
+        where = ".".join(str(p) for p in best["loc"] if isinstance(p, int) or _is_key(p))
+        return f"{where}: {best['msg']}", where or None
     return str(exc) or type(exc).__name__, None
+
+
+def _is_key(part: str) -> bool:
+    return bool(re.fullmatch(r"[a-z_][a-z0-9_]*", part)) and part not in _TYPE_NAMES
+
+
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict", "none", "literal"})
 
 
 def _tools(body: Mapping[str, Any]) -> list[Any]:
@@ -309,7 +322,7 @@ class Upstream:
             sim = self._caches.get((path, model))
             if sim is None:
                 kind = _CACHE_KIND[path]
-                sim = CacheSimulator(kind, self._min_tokens(path, model))  # type: ignore[arg-type]
+                sim = CacheSimulator(kind, self._min_tokens(path, model))
                 self._caches[(path, model)] = sim
             return sim.step(seq)
 
