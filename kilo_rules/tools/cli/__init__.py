@@ -71,6 +71,7 @@ COMMANDS: dict[str, str] = {
     "verify": "verify",
     "bundle": "bundle",
     "serve": "serve",
+    "gateway": "gateway",
 }
 
 
@@ -145,7 +146,7 @@ def _network() -> contextlib.AbstractContextManager[object]:
 def _extra_needed(args: argparse.Namespace) -> str | None:
     """The optional extra the command about to run needs, checked before it starts so that
     every missing extra ends the same way (``kilo-rules X needs the 'Y' extra``, exit 2)."""
-    if args.command == "serve":
+    if args.command in ("serve", "gateway"):
         return "serve"
     if args.command == "bundle" and args.action in ("sign", "keygen"):
         return "bundle"  # verify needs it only for a signed bundle: the library says when

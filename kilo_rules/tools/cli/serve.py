@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from kilo_rules.tools.cli._options import Subcommands, add_allow_read, add_command
 from kilo_rules.tools.cli._runner import EXIT_OK, EXIT_USAGE
+from kilo_rules.tools.serving.listen import ListenSettings
 
 if TYPE_CHECKING:
     from kilo_rules.tools.serving.store import PolicyStore
@@ -38,13 +39,11 @@ SERVE_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "h11", "prometheus
 INSTALL_HINT = "pip install 'kilo-rules[serve]'"
 
 
-class ServeSettings(BaseSettings):
+class ServeSettings(ListenSettings):
     """``KILO_RULES_SERVE_*``: the sidecar's own settings (its options win over them)."""
 
     model_config = SettingsConfigDict(env_prefix="KILO_RULES_SERVE_", extra="ignore")
 
-    host: str = Field("127.0.0.1", description="Address to listen on.")
-    port: int = Field(8080, ge=0, le=65535, description="Port to listen on (0: any free).")
     decision_log: Path | None = Field(None, description="File to append one line per build to.")
     max_body_bytes: int = Field(
         16 * 1024 * 1024, ge=1, description="Largest request body accepted, in bytes."
@@ -60,33 +59,9 @@ class ServeSettings(BaseSettings):
         description="Worker processes answering on the one socket (1: the server is this "
         "process; more need os.fork).",
     )
-    head_timeout: float = Field(
-        10.0, gt=0, allow_inf_nan=False, description="Seconds a request head may take."
-    )
-    body_timeout: float = Field(
-        30.0, gt=0, allow_inf_nan=False, description="Seconds a request body may take."
-    )
-    keep_alive_timeout: int = Field(5, ge=1, description="Seconds an idle connection is kept.")
-    max_connections: int = Field(
-        1000, ge=1, description="Connections past which new requests are answered 503."
-    )
     workspace_roots: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
         description="Directories a request's workspace may name (os.pathsep-separated).",
-    )
-    token_file: Path | None = Field(
-        None, description="File of bearer tokens callers may present, one a line."
-    )
-    tokens: Annotated[tuple[str, ...], NoDecode] = Field(
-        (), description="Bearer tokens callers may present (comma-separated).", repr=False
-    )
-    no_auth: bool = Field(False, description="Let anyone who reaches the socket call.")
-    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
-        (), description="Host header values answered (comma-separated)."
-    )
-    open_probes: bool = Field(False, description="/healthz, /readyz, /metrics without a token.")
-    cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
-        (), description="Browser origins allowed to call (comma-separated)."
     )
 
     @field_validator("workspace_roots", mode="before")
@@ -94,13 +69,6 @@ class ServeSettings(BaseSettings):
     def _split_roots(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(p for p in value.split(os.pathsep) if p)
-        return value
-
-    @field_validator("tokens", "allowed_hosts", "cors_origins", mode="before")
-    @classmethod
-    def _split_commas(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(p.strip() for p in value.split(",") if p.strip())
         return value
 
 
@@ -117,32 +85,7 @@ def register(sub: Subcommands) -> None:
         "checks is never served, and its diagnostics are printed on stderr and kept at "
         "/v1/status. Needs " + INSTALL_HINT + ".",
     )
-    source = p.add_argument_group(
-        "the policies (one of; default: KILO_RULES_STORE_*, else the bundled policies)"
-    )
-    one = source.add_mutually_exclusive_group()
-    one.add_argument("--dir", metavar="DIR", help="a policy directory (routes.yaml + policies)")
-    one.add_argument("--bundle", metavar="FILE", help="a policy bundle (.tar.gz)")
-    one.add_argument("--url", metavar="URL", help="a bundle URL, fetched and cached")
-    source.add_argument(
-        "--public-key", metavar="PEM", help="Ed25519 public key the bundle must be signed with"
-    )
-    source.add_argument(
-        "--cache-dir", metavar="DIR", help="where a fetched bundle is kept (with --url)"
-    )
-    source.add_argument(
-        "--allow-rollback",
-        action="store_true",
-        help="accept a bundle whose revision number is not above the one served "
-        "(KILO_RULES_STORE_ALLOW_ROLLBACK)",
-    )
-    reload = source.add_mutually_exclusive_group()
-    reload.add_argument(
-        "--watch", action="store_true", help="reload the directory when it changes (with --dir)"
-    )
-    reload.add_argument(
-        "--poll", action="store_true", help="fetch the URL again periodically (with --url)"
-    )
+    add_store_options(p)
     add_allow_read(p)
     net = p.add_argument_group("the server (default: KILO_RULES_SERVE_*)")
     net.add_argument("--host", default=None, help="address to listen on (default: 127.0.0.1)")
@@ -205,15 +148,63 @@ def register(sub: Subcommands) -> None:
         metavar="N",
         help="past this many connections new requests are answered 503 (default: 1000)",
     )
+    add_access_options(p, "SERVE")
+    net.add_argument(
+        "--log-level",
+        choices=["critical", "error", "warning", "info", "debug"],
+        default="info",
+        help="server log level (default: info)",
+    )
+    p.add_argument(
+        "--openapi",
+        action="store_true",
+        help="print the OpenAPI document (schemas/openapi.json) and exit",
+    )
+    p.set_defaults(handler=run)
+
+
+def add_store_options(p: argparse.ArgumentParser) -> None:
+    """The options that name the policies served (``serve`` and ``gateway``)."""
+    source = p.add_argument_group(
+        "the policies (one of; default: KILO_RULES_STORE_*, else the bundled policies)"
+    )
+    one = source.add_mutually_exclusive_group()
+    one.add_argument("--dir", metavar="DIR", help="a policy directory (routes.yaml + policies)")
+    one.add_argument("--bundle", metavar="FILE", help="a policy bundle (.tar.gz)")
+    one.add_argument("--url", metavar="URL", help="a bundle URL, fetched and cached")
+    source.add_argument(
+        "--public-key", metavar="PEM", help="Ed25519 public key the bundle must be signed with"
+    )
+    source.add_argument(
+        "--cache-dir", metavar="DIR", help="where a fetched bundle is kept (with --url)"
+    )
+    source.add_argument(
+        "--allow-rollback",
+        action="store_true",
+        help="accept a bundle whose revision number is not above the one served "
+        "(KILO_RULES_STORE_ALLOW_ROLLBACK)",
+    )
+    reload = source.add_mutually_exclusive_group()
+    reload.add_argument(
+        "--watch", action="store_true", help="reload the directory when it changes (with --dir)"
+    )
+    reload.add_argument(
+        "--poll", action="store_true", help="fetch the URL again periodically (with --url)"
+    )
+
+
+def add_access_options(p: argparse.ArgumentParser, what: str, *, cors: bool = True) -> None:
+    """The options that say who may call (``serve`` and ``gateway``); ``what`` names the
+    settings they default to (``KILO_RULES_<what>_*``)."""
     auth = p.add_argument_group(
-        "who may call (default: KILO_RULES_SERVE_*; without a token on a loopback address, "
+        f"who may call (default: KILO_RULES_{what}_*; without a token on a loopback address, "
         "one is made and written to a file only you can read)"
     )
     auth.add_argument(
         "--token-file",
         metavar="FILE",
         help="bearer tokens callers must present, one a line (# comments; also "
-        "KILO_RULES_SERVE_TOKENS, comma-separated)",
+        f"KILO_RULES_{what}_TOKENS, comma-separated)",
     )
     auth.add_argument(
         "--no-auth",
@@ -236,6 +227,8 @@ def register(sub: Subcommands) -> None:
         default=None,
         help="answer /healthz, /readyz and /metrics without a token, whatever the Host",
     )
+    if not cors:
+        return
     auth.add_argument(
         "--cors-origin",
         action="append",
@@ -244,18 +237,6 @@ def register(sub: Subcommands) -> None:
         help="a browser origin allowed to call, e.g. https://app.example.com (repeatable; "
         "default: none)",
     )
-    net.add_argument(
-        "--log-level",
-        choices=["critical", "error", "warning", "info", "debug"],
-        default="info",
-        help="server log level (default: info)",
-    )
-    p.add_argument(
-        "--openapi",
-        action="store_true",
-        help="print the OpenAPI document (schemas/openapi.json) and exit",
-    )
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -286,30 +267,48 @@ def run(args: argparse.Namespace) -> int:
     host = _pick(args.host, settings.host)
     sock = _bind(host, _pick(args.port, settings.port))
     port = sock.getsockname()[1]
+    try:
+        tokens, generated, no_auth = access_tokens(args, settings, host, port, "serve")
+    except BaseException:
+        sock.close()
+        raise
+    with _logging_to_stderr(args.log_level):
+        return _serve(args, settings, sock, host, generated, tokens, no_auth, roots)
+
+
+def access_tokens(
+    args: argparse.Namespace,
+    settings: ListenSettings,
+    host: str,
+    port: int,
+    command: str,
+    header: str = "Authorization",
+) -> tuple[list[str], Path | None, bool]:
+    """The tokens callers must present, the file of a generated one, and whether
+    authentication is off — from the options, else the settings. Without a token on a
+    loopback address one is made, as Jupyter does, in a file only this user can read."""
     no_auth = bool(_pick(args.no_auth, settings.no_auth))
     tokens = list(settings.tokens)
     token_file = args.token_file or settings.token_file
     if token_file:
         tokens += read_tokens(Path(token_file))
     generated: Path | None = None
+    prefix = f"KILO_RULES_{'SERVE' if command == 'serve' else command.upper()}_"
     if not tokens and not no_auth:
         if not _is_loopback(host):
-            sock.close()
             raise ValueError(
                 f"--host {host} is reachable from other machines and no token is configured: "
-                "give --token-file FILE (or KILO_RULES_SERVE_TOKENS), or pass --no-auth to let "
+                f"give --token-file FILE (or {prefix}TOKENS), or pass --no-auth to let "
                 "anyone who can reach it call"
             )
-        # As Jupyter does: a token of its own, in a file only this user can read.
-        generated = token_path(port)
+        generated = token_path(port, command)
         tokens = [write_token(generated)]
         print(
-            f"kilo-rules serve: no token configured; callers send the one in {generated} "
-            f"(Authorization: Bearer $(cat {generated}))",
+            f"kilo-rules {command}: no token configured; callers send the one in {generated} "
+            f"({header}: Bearer $(cat {generated}))",
             file=sys.stderr,
         )
-    with _logging_to_stderr(args.log_level):
-        return _serve(args, settings, sock, host, generated, tokens, no_auth, roots)
+    return tokens, generated, no_auth
 
 
 def _serve(
@@ -534,12 +533,12 @@ def read_tokens(path: Path) -> list[str]:
     return tokens
 
 
-def token_path(port: int) -> Path:
+def token_path(port: int, command: str = "serve") -> Path:
     """Where a generated token is written: ``$XDG_RUNTIME_DIR/kilo-rules/`` (a directory
     only this user may enter), else ``~/.cache/kilo-rules/``, named by the port."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     base = Path(runtime) if runtime else Path.home() / ".cache"
-    return base / "kilo-rules" / f"serve-{port}.token"
+    return base / "kilo-rules" / f"{command}-{port}.token"
 
 
 def write_token(path: Path) -> str:
@@ -565,7 +564,7 @@ def _pick(given: T | None, default: T) -> T:
     return default if given is None else given
 
 
-def open_store(args: argparse.Namespace) -> PolicyStore:
+def open_store(args: argparse.Namespace, default: str = "kilo-default") -> PolicyStore:
     """The store the options name (else the one ``KILO_RULES_STORE_*`` describes), its
     first revision loaded; with ``--watch`` or ``--poll`` its background reloading started."""
     from kilo_rules.tools.serving.store import PolicyStore, StoreSettings
@@ -587,7 +586,7 @@ def open_store(args: argparse.Namespace) -> PolicyStore:
         store = PolicyStore.from_url(args.url, cache_dir=settings.cache_dir, settings=settings)
     elif settings.source() is None:
         # Nothing named: the policies shipped with kilo-rules, as `kilo-rules demo` runs.
-        store = PolicyStore.from_bundled(settings=settings)
+        store = PolicyStore.from_bundled(settings=settings, default=default)
     else:
         store = PolicyStore.from_settings(settings)
     kind = store.settings.source()

@@ -7,7 +7,9 @@ from typing import Annotated, Any
 
 import httpx
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from kilo_rules.tools.serving.listen import ListenSettings
 
 __all__ = ["GatewaySettings"]
 
@@ -18,10 +20,12 @@ def _default_ledger() -> Path:
     return default_cache_dir() / "gateway-ledger.sqlite3"
 
 
-class GatewaySettings(BaseSettings):
-    """Where the gateway forwards, what it keeps, and its bounds."""
+class GatewaySettings(ListenSettings):
+    """Where the gateway forwards, what it keeps, and its bounds (its options win)."""
 
     model_config = SettingsConfigDict(env_prefix="KILO_RULES_GATEWAY_", extra="ignore", frozen=True)
+
+    port: int = Field(8787, ge=0, le=65535, description="Port to listen on (0: any free).")
 
     anthropic_url: str = Field(
         "https://api.anthropic.com",
@@ -52,7 +56,6 @@ class GatewaySettings(BaseSettings):
     max_reply_bytes: int = Field(
         64 << 20, ge=1, description="Largest upstream reply relayed (a stream included)."
     )
-    body_timeout: float = Field(30.0, gt=0, allow_inf_nan=False)
     connect_timeout: float = Field(10.0, gt=0, allow_inf_nan=False)
     upstream_timeout: float = Field(
         600.0, gt=0, allow_inf_nan=False, description="Seconds an upstream may go silent."
