@@ -727,6 +727,7 @@ class Tokens:
     write: int = 0
     refused: int = 0
     compacted: int = 0
+    why: list[str] = field(default_factory=list)  # each refusal: step, code, message
 
     @property
     def cost(self) -> float:
@@ -748,6 +749,8 @@ def replay(name: str, url: str, every: int, upstream: Any, managed: bool) -> Tok
             out.steps += 1
             if r.status_code != 200 or not got or got[-1].usage is None:
                 out.refused += 1
+                code = got[-1].refused if got else None
+                out.why.append(f"step {out.steps} ({len(body[key])} items): {code} {r.text[:300]}")
                 continue
             u = got[-1].usage
             out.input += u["input_tokens"]
@@ -779,6 +782,8 @@ def tokens_part(names: Sequence[str], every: int) -> list[tuple[str, Tokens, Tok
                 through = replay(name, gw.url, every, upstream, managed=True)
             rows.append((name, through, direct))
             print(tokens_row(name, window, through, direct), flush=True)
+            for why in through.why:
+                print(f"    refused through the gateway: {why}", flush=True)
     return rows
 
 
@@ -1043,7 +1048,7 @@ def main(argv: Sequence[str]) -> int:
         print(
             f"\n== 4. tokens and cost: replayed step by step (every {every}), realistic upstream; "
             "gateway at the window, direct unlimited; $3/M input, $3.75/M cache write, "
-            "$0.30/M cache read"
+            "$0.30/M cache read; a refused step counts no tokens"
         )
         print(TOKENS_HEADER)
         rows = tokens_part(names, every)
