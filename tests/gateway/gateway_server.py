@@ -159,6 +159,31 @@ def step_bodies(name: str, model: str, every: int = 1) -> Iterator[dict[str, Any
         if _role(api, items[k - 1]) in ("user", "tool", "function_call_output")
         and (k == len(items) or _role(api, items[k]) not in ("tool", "function_call_output"))
     ]
+    if api == "anthropic":
+        items = [_unmarked(m) for m in items]
     for n, k in enumerate(ends):
         if n % every == 0 or k == ends[-1]:
-            yield {**body, key: items[:k]}
+            step = items[:k]
+            if api == "anthropic":  # as Claude Code does: a cache mark on the newest message
+                step = [*step[:-1], _marked(step[-1])]
+            yield {**body, key: step}
+
+
+def _unmarked(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    blocks = [{k: v for k, v in b.items() if k != "cache_control"} for b in content]
+    return {**message, "content": blocks}
+
+
+def _marked(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not content:
+        return message
+    return {
+        **message,
+        "content": [*content[:-1], {**content[-1], "cache_control": {"type": "ephemeral"}}],
+    }

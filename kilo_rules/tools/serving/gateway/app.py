@@ -319,6 +319,8 @@ class _Gateway:
         except (KiloRulesError, LedgerError) as exc:
             log.warning("passing %s through: %s", protocol.path, exc)
             prepared = Prepared(raw, passthrough=f"engine: {exc}")
+        except RecursionError:
+            prepared = Prepared(raw, passthrough="engine: the history nests too deeply")
         prepared.revision = revision
         return prepared, model, stream
 

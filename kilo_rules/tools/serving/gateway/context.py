@@ -28,7 +28,7 @@ from kilo_rules.engine.base.lru import LRUCache
 from kilo_rules.engine.compiler.plan import Plan
 from kilo_rules.engine.formats.catalog import ModelInfo
 from kilo_rules.engine.formats.request import ModelRequest
-from kilo_rules.engine.formats.session import Message
+from kilo_rules.engine.formats.session import Message, Session, TextPart
 from kilo_rules.engine.importers import anthropic_messages, openai_chat, openai_responses
 from kilo_rules.engine.importers._source import Record, Source
 from kilo_rules.engine.providers import render
@@ -175,9 +175,7 @@ class ContextManager:
         out.tokens = self._tokens(scanned, protocol, plan, cells, hashes, entry, replacement, start)
         if compact and (overflow or (limit is not None and out.tokens >= limit)):
             try:
-                made = self._compact(
-                    protocol, scanned, plan, items, lead, replacement, start, hashes, overflow
-                )
+                made = self._compact(protocol, scanned, plan, items, lead, entry, start, hashes)
             except LedgerError as exc:
                 out.passthrough = str(exc)
                 return out
@@ -243,20 +241,24 @@ class ContextManager:
         plan: Plan,
         items: list[Any],
         lead: int,
-        replacement: list[Any],
+        previous: Entry | None,
         start: int,
         hashes: Sequence[str],
-        overflow: bool,
     ) -> Entry | None:
         """Compact the history as sent (the ledger's head already replaced); the new entry,
         or None when the policy finds nothing to cut."""
+        replacement: list[Any] = json.loads(previous.replacement) if previous else []
         sent = [*items[:lead], *replacement, *items[start:]]
         doc = dict(scanned.value)
         doc[protocol.items] = sent
         source = Source("<request>", "json", [Record("<request>", 1, scanned.text, doc)])
         session = _IMPORTERS[protocol.importer](source, 0)
+        if previous is not None and previous.pair:
+            session = _with_pair(session, previous.pair, lead, len(replacement))
         count = plan_caches(plan).counter.count
-        done = compact(plan, session, self.summarizer, overflow=overflow or False, count=count)
+        # Kilo's usage-count mode (None): the client's own tail carries its latest turn, so
+        # the last user message is never replayed after the summary.
+        done = compact(plan, session, self.summarizer, overflow=None, count=count)
         first = lead + len(replacement)  # where the client's own items start in ``sent``
         wanted = _index(done.tail_start_id) if done.tail_start_id else len(sent) - 1
         cut = _tail_start(protocol, sent, max(wanted, first), first)
@@ -265,15 +267,18 @@ class ContextManager:
         position = start + (cut - first)
         view = project(apply_mutations(session, done.mutations).messages)
         added = [m for m in view if m.metadata.get("kilo_rules") in (KIND_REQUEST, KIND_SUMMARY)]
-        if protocol.role(sent[cut]) == "assistant":
-            added += [m for m in view if m.metadata.get("kilo_rules") == KIND_CONTINUE][:1]
+        if protocol.role(sent[cut]) == "assistant":  # a user turn between summary and tail
+            added += [m for m in view if m.metadata.get("kilo_rules") == KIND_CONTINUE][:1] or [
+                _continue(plan)
+            ]
         wire = _render(plan, protocol, added)
         if not wire:
             return None
         body = json.dumps(wire, ensure_ascii=False, separators=(",", ":"))
-        entry = Entry(hashes[position - 1], position, body, len(done.summary_text))
-        assert self.ledger is not None
-        return self.ledger.record(entry)
+        pair = json.dumps([m.model_dump(mode="json") for m in added[:2]], ensure_ascii=False)
+        entry = Entry(hashes[position - 1], position, body, len(done.summary_text), pair=pair)
+        # Without a ledger every request is compacted on its own (a summary per request).
+        return self.ledger.record(entry) if self.ledger is not None else entry
 
     def _marked(
         self, protocol: Protocol, scanned: Scanned, replacement: list[Any], start: int
@@ -315,6 +320,24 @@ class ContextManager:
             if isinstance(asked, int) and not isinstance(asked, bool) and key in scanned.members:
                 return (scanned.members[key], cap) if asked > cap else None
         return None
+
+
+def _with_pair(session: Session, pair: str, lead: int, count: int) -> Session:
+    """``session`` with the messages imported from the replacement items (positions
+    ``lead`` to ``lead + count``) put back as the engine's compaction they render: its
+    request and its summary, pins included, so the next summary updates this one."""
+    request, summary = (Message.model_validate(m) for m in json.loads(pair))
+    request = request.model_copy(update={"id": f"msg_{lead:06d}"})
+    summary = summary.model_copy(update={"id": f"msg_{lead + 1:06d}", "parent_id": request.id})
+    kept = [m for m in session.messages if not lead <= _index(m.id) < lead + count]
+    head = [m for m in kept if _index(m.id) < lead]
+    return session.model_copy(update={"messages": [*head, request, summary, *kept[len(head) :]]})
+
+
+def _continue(plan: Plan) -> Message:
+    text = plan.settings.compaction.continue_text or "Continue."
+    part = TextPart(id="continue-p1", text=text)
+    return Message(id="continue", role="user", created=0, parts=[part])
 
 
 def _index(message_id: str) -> int:

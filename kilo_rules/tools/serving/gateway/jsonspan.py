@@ -61,6 +61,8 @@ def _value(text: str, at: int) -> tuple[Any, int]:
         raise JsonBodyError(exc.msg, exc.pos) from None
     except RecursionError:
         raise JsonBodyError("the body nests too deeply", at) from None
+    except ValueError as exc:  # an integer past the interpreter's digit limit
+        raise JsonBodyError(str(exc).split(";")[0], at) from None
 
 
 def _array(text: str, at: int) -> tuple[list[Any], list[Span], int]:
@@ -105,6 +107,8 @@ def scan(text: str, items_of: str | None = None) -> Scanned:
                 key, at = json.decoder.scanstring(text, at + 1)  # type: ignore[attr-defined]
             except json.JSONDecodeError as exc:
                 raise JsonBodyError(exc.msg, exc.pos) from None
+            except ValueError as exc:
+                raise JsonBodyError(str(exc), at) from None
             at = _skip(text, at)
             if not text.startswith(":", at):
                 raise JsonBodyError("expected ':' after a member name", at)

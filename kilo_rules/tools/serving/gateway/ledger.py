@@ -39,13 +39,27 @@ class LedgerError(Exception):
 
 
 def _strip_marks(value: Any) -> Any:
-    # A client moves its cache marks every turn (Claude Code marks the newest messages):
-    # the same message with or without a mark is the same history.
-    if isinstance(value, dict):
-        return {k: _strip_marks(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_strip_marks(v) for v in value]
-    return value
+    """``value`` without ``cache_control`` members, at any depth. A client moves its cache
+    marks every turn (Claude Code marks the newest messages): the same message with or
+    without a mark is the same history. Iterative: a body nests as deep as the JSON parser
+    allows, deeper than Python's call stack."""
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while stack:
+        node, parent, slot = stack.pop()
+        if isinstance(node, dict):
+            copy: Any = {}
+            for k, v in node.items():
+                if k != "cache_control":
+                    copy[k] = None
+                    stack.append((v, copy, k))
+        elif isinstance(node, list):
+            copy = [None] * len(node)
+            stack.extend((v, copy, i) for i, v in enumerate(node))
+        else:
+            copy = node
+        parent[slot] = copy
+    return root[0]
 
 
 def canonical(item: Any) -> bytes:
@@ -75,6 +89,9 @@ class Entry:
     replacement: str
     summary_chars: int = 0
     created: float = 0.0
+    #: The compaction as the engine wrote it (its request and summary, Session v1 JSON):
+    #: the next compaction of the conversation updates this summary and keeps its pins.
+    pair: str = ""
 
 
 class SqliteLedger:
@@ -106,7 +123,7 @@ class SqliteLedger:
                 CREATE TABLE IF NOT EXISTS compactions (
                     key TEXT PRIMARY KEY, position INTEGER NOT NULL,
                     replacement TEXT NOT NULL, summary_chars INTEGER NOT NULL,
-                    created REAL NOT NULL, used REAL NOT NULL);
+                    created REAL NOT NULL, used REAL NOT NULL, pair TEXT NOT NULL);
                 CREATE INDEX IF NOT EXISTS compactions_used ON compactions(used);
                 CREATE TABLE IF NOT EXISTS usage (
                     key TEXT NOT NULL, boundary TEXT NOT NULL, position INTEGER NOT NULL,
@@ -139,15 +156,15 @@ class SqliteLedger:
         for at in range(0, len(hashes), _CHUNK):
             part = hashes[at : at + _CHUNK]
             rows = self._run(
-                "SELECT key, position, replacement, summary_chars, created FROM compactions "
-                f"WHERE key IN ({','.join('?' * len(part))})",
+                "SELECT key, position, replacement, summary_chars, created, pair "
+                f"FROM compactions WHERE key IN ({','.join('?' * len(part))})",
                 part,
             )
-            for key, position, replacement, chars, created in rows:
+            for key, position, replacement, chars, created, pair in rows:
                 # The chain already ties the hash to its position; check it all the same.
                 found = 0 < position <= len(hashes) and hashes[position - 1] == key
                 if found and (best is None or position > best.position):
-                    best = Entry(key, position, replacement, chars, created)
+                    best = Entry(key, position, replacement, chars, created, pair)
         if best is not None:
             now = time.time()
             self._run(
@@ -159,16 +176,25 @@ class SqliteLedger:
     def record(self, entry: Entry) -> Entry:
         """Store ``entry`` unless one is recorded for its key already; either way, the
         entry now recorded (a concurrent writer's, when it won)."""
-        if len(entry.replacement.encode("utf-8", "surrogatepass")) > self.max_entry_bytes:
+        size = len(entry.replacement.encode("utf-8", "surrogatepass")) + len(entry.pair)
+        if size > self.max_entry_bytes:
             raise LedgerError(f"a replacement over {self.max_entry_bytes} bytes is not kept")
         now = time.time()
         self._run(
-            "INSERT OR IGNORE INTO compactions VALUES (?, ?, ?, ?, ?, ?)",
-            (entry.key, entry.position, entry.replacement, entry.summary_chars, now, now),
+            "INSERT OR IGNORE INTO compactions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                entry.key,
+                entry.position,
+                entry.replacement,
+                entry.summary_chars,
+                now,
+                now,
+                entry.pair,
+            ),
         )
         self._maybe_evict(now)
         rows = self._run(
-            "SELECT key, position, replacement, summary_chars, created FROM compactions "
+            "SELECT key, position, replacement, summary_chars, created, pair FROM compactions "
             "WHERE key = ?",
             (entry.key,),
         )

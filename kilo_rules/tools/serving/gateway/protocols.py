@@ -212,18 +212,21 @@ class SseUsage:
 
     def feed(self, chunk: bytes) -> None:
         """Take the next bytes of the stream."""
-        self._buffer += chunk
+        # Lines may end in CRLF; one split across two chunks is joined here, since the
+        # unparsed rest of the buffer is kept.
+        self._buffer = (self._buffer + chunk).replace(b"\r\n", b"\n")
         while True:
             cut = self._buffer.find(b"\n\n")
             if cut < 0:
                 if len(self._buffer) > self.max_event:
-                    self._buffer, self._skipping = b"", True
+                    # Keep the last byte: it may be the first half of the separator.
+                    self._buffer, self._skipping = self._buffer[-1:], True
                 return
             event, self._buffer = self._buffer[:cut], self._buffer[cut + 2 :]
-            if self._skipping:
-                self._skipping = False
+            if self._skipping or len(event) > self.max_event:
+                self._skipping = False  # the end of an event too long to read
                 continue
-            self._event(event.replace(b"\r", b""))
+            self._event(event)
 
     def _event(self, event: bytes) -> None:
         if b"usage" not in event:

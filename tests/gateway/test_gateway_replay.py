@@ -1,0 +1,171 @@
+"""Every recorded session replayed through the gateway the way its agent sent it: each step
+the whole history so far, through the official SDK client of its API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("uvicorn")
+anthropic = pytest.importorskip("anthropic")
+openai = pytest.importorskip("openai")
+
+from .gateway_server import (  # noqa: E402
+    AUTH,
+    SESSIONS,
+    TRAJECTORIES,
+    running_gateway,
+    small_model,
+    step_bodies,
+)
+from .upstream import Received, Upstream  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason="no recorded sessions")
+
+#: The window each session is replayed at under compaction: about half of its history,
+#: so that every policy compacts at least once and the last turn still fits.
+WINDOWS = {
+    "claude-code-opus46-spotter-8463c716.jsonl": 60_000,
+    "claude-code-sonnet45-subagent-a2898e3.jsonl": 46_000,
+    "mini-swe-agent-v1-gemini3pro-pylint-6528.traj.json": 40_000,
+    "mini-swe-agent-v2-deepseek-sqlfluff-1733.traj.json": 40_000,
+    "openhands-llama4-multiswebench-output.jsonl": 16_000,
+    "swe-agent-gpt4-pydicom-1458.traj": 12_000,
+}
+
+
+class Client:
+    """Sends a step body the way the agent's SDK does, and closes itself."""
+
+    def __init__(self, api: str, url: str, headers: dict[str, str]) -> None:
+        self.api = api
+        self.bodies: list[bytes] = []  # what the SDK sent, byte for byte
+        hooks = {"request": [self._capture]}
+        if api == "anthropic":
+            http = pytest.importorskip("httpx2")  # this SDK speaks through httpx2
+            self.sdk: Any = anthropic.Anthropic(
+                base_url=url,
+                api_key="sk-ant-test",
+                default_headers=headers,
+                max_retries=0,
+                http_client=http.Client(event_hooks=hooks),
+            )
+        else:
+            import httpx
+
+            self.sdk = openai.OpenAI(
+                base_url=url + "/v1",
+                api_key="sk-test",
+                default_headers=headers,
+                max_retries=0,
+                http_client=httpx.Client(event_hooks=hooks),
+            )
+
+    def _capture(self, request: Any) -> None:
+        request.read()
+        self.bodies.append(request.content)
+
+    def send(self, body: dict[str, Any]) -> None:
+        if self.api == "anthropic":
+            self.sdk.messages.create(**body)
+        elif self.api == "openai":
+            self.sdk.chat.completions.create(**body)
+        else:
+            self.sdk.responses.create(**body)
+
+    def close(self) -> None:
+        self.sdk.close()
+
+
+def _replay(
+    name: str, url: str, headers: dict[str, str], upstream: Upstream, model: str
+) -> tuple[list[dict[str, Any]], list[Received], list[bytes]]:
+    api = SESSIONS[name]
+    client = Client(api, url, headers)
+    sent: list[dict[str, Any]] = []
+    got: list[Received] = []
+    try:
+        for body in step_bodies(name, model):
+            before = len(upstream.received)
+            client.send(body)
+            sent.append(body)
+            got.append(upstream.received[-1])
+            assert len(upstream.received) == before + 1, "one request upstream per step"
+    finally:
+        client.close()
+    return sent, got, client.bodies
+
+
+def _share(got: list[Received]) -> float:
+    read = sum((r.usage or {}).get("cache_read", 0) for r in got)
+    total = sum((r.usage or {}).get("input_tokens", 0) for r in got)
+    return read / total if total else 0.0
+
+
+_MODEL_OF = {
+    "anthropic": "claude-replay",
+    "openai": "gpt-replay",
+    "openai-responses": "codex-replay",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SESSIONS))
+def test_nothing_changes_without_compaction(name: str, upstream: Upstream, tmp_path: Path) -> None:
+    api = SESSIONS[name]
+    model = _MODEL_OF[api]
+    models = {model: small_model(model, api, 10_000_000, output=4096)}
+    with running_gateway(upstream.url, tmp_path, models=models) as gw:
+        sent, got, bodies = _replay(name, gw.url, AUTH, upstream, model)
+    assert got and all(r.refused is None for r in got)
+    assert [r.body for r in got] == bodies  # the client's exact bytes, every step
+    assert all(r.json == json.loads(json.dumps(body)) for body, r in zip(sent, got, strict=True))
+
+
+def _first_user_text(api: str, items: list[Any]) -> str:
+    for item in items:
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            for block in content or ():
+                text = block.get("text") if isinstance(block, dict) else None
+                if text:
+                    return str(text)
+    raise AssertionError("no task")
+
+
+@pytest.mark.parametrize("policy", ["kilo-default", "long-run"])
+@pytest.mark.parametrize("name", sorted(SESSIONS))
+def test_replay_under_compaction(
+    name: str, policy: str, upstream: Upstream, tmp_path: Path
+) -> None:
+    api = SESSIONS[name]
+    model = _MODEL_OF[api]
+    window = WINDOWS[name]
+    items = "input" if api == "openai-responses" else "messages"
+    # Sent directly to a provider with room for everything: the cache-read share to beat.
+    upstream.window = 10_000_000
+    _, direct, _ = _replay(name, upstream.url, {}, upstream, model)
+    upstream.reset()
+    upstream.window = window
+    models = {model: small_model(model, api, window, output=4096)}
+    with running_gateway(upstream.url, tmp_path, policy=policy, models=models) as gw:
+        sent, got, _ = _replay(name, gw.url, AUTH, upstream, model)
+    refused = [r.refused for r in got if r.refused]
+    assert refused == []  # no body refused: too long, tool pairs, signatures, turn order
+    compacted = [
+        r for r, body in zip(got, sent, strict=True) if len(r.json[items]) < len(body[items])
+    ]
+    assert compacted, "the window forces compaction"
+    task = json.dumps(_first_user_text(api, sent[0][items])[:200], ensure_ascii=False)[1:-1]
+    for r, body in zip(got, sent, strict=True):
+        forwarded = r.json[items]
+        assert forwarded[-1] == body[items][-1]  # the last turn, as sent
+        assert task in json.dumps(forwarded, ensure_ascii=False)
+    print(
+        f"{name} {policy}: {len(compacted)}/{len(got)} compacted, cache-read share "
+        f"{_share(got):.3f} through the gateway, {_share(direct):.3f} direct"
+    )
