@@ -76,7 +76,7 @@ def running_gateway(
         else Access.without_auth(allowed_hosts=["127.0.0.1"])
     )
     app = create_gateway(store, s, access=access, models=models)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -106,7 +106,7 @@ def serving(app: Any, **limits: Any) -> Iterator[tuple[str, Any]]:
 
     from kilo_rules.tools.serving.sidecar.protocol import uvicorn_config
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -112,7 +112,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from kilo_rules.tools.serving.gateway import GATEWAY_HEADER, GatewaySettings, create_gateway
+        from kilo_rules.tools.serving.gateway import (
+            GATEWAY_HEADER,
+            GatewaySettings,
+            LedgerError,
+            create_gateway,
+        )
         from kilo_rules.tools.serving.sidecar.access import Access
         from kilo_rules.tools.serving.sidecar.protocol import uvicorn_config
     except ModuleNotFoundError as exc:
@@ -159,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
             sock.close()
             _remove(generated)
             raise
-        print(serving_line(store).replace("serve", "gateway", 1), file=sys.stderr)
+        why = "requests pass through unmanaged until one does; the log above says why"
+        print(serving_line(store, "gateway", "gateway", why), file=sys.stderr)
         print(
             f"kilo-rules gateway: ANTHROPIC_BASE_URL=http://{host}:{port} "
             f"OPENAI_BASE_URL=http://{host}:{port}/v1 (callers' own token: "
@@ -172,7 +178,11 @@ def run(args: argparse.Namespace) -> int:
                 if no_auth and not tokens
                 else Access.with_tokens(tokens, allowed_hosts=hosts, open_probes=open_probes)
             )
-            app = create_gateway(store, settings, access=access, models=models)
+            try:
+                app = create_gateway(store, settings, access=access, models=models)
+            except LedgerError as exc:
+                print(f"kilo-rules gateway: {exc} (--ledger FILE, or --no-ledger)", file=sys.stderr)
+                return EXIT_USAGE
             config = uvicorn_config(
                 app,
                 head_timeout=settings.head_timeout,

@@ -603,16 +603,21 @@ def open_store(args: argparse.Namespace, default: str = "kilo-default") -> Polic
     return store
 
 
-def serving_line(store: PolicyStore) -> str:
-    """The line ``serve`` prints on start: what it serves, from where."""
+def serving_line(
+    store: PolicyStore,
+    command: str = "serve",
+    default: str = "kilo-default",
+    why: str = "GET /v1/status says why",
+) -> str:
+    """The line ``serve`` (or ``gateway``) prints on start: what it serves, from where."""
     revision = (
         f"revision {store.revision}"
         if store.revision
-        else "no revision has passed its checks yet (GET /v1/status says why)"
+        else f"no revision has passed its checks yet ({why})"
     )
     if store.settings.source() is None:
         return (
-            "kilo-rules serve: no --dir, --bundle or --url (nor KILO_RULES_STORE_*): serving "
-            f"the bundled policies, every model on kilo-default; {revision}"
+            f"kilo-rules {command}: no --dir, --bundle or --url (nor KILO_RULES_STORE_*): "
+            f"serving the bundled policies, every model on {default}; {revision}"
         )
-    return f"kilo-rules serve: serving {store.source}; {revision}"
+    return f"kilo-rules {command}: serving {store.source}; {revision}"

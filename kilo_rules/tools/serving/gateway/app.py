@@ -307,7 +307,7 @@ class _Gateway:
             return Prepared(raw, passthrough="no model named"), None, stream
         try:
             with self.store.snapshot() as snap:
-                plan = snap.plan_for(self.models.get(model, model))
+                plan = self._plan(snap, protocol, model)
                 revision = snap.revision
         except KiloRulesError as exc:
             why = exc.diagnostics[0].message if exc.diagnostics else str(exc)
@@ -323,6 +323,24 @@ class _Gateway:
             prepared = Prepared(raw, passthrough="engine: the history nests too deeply")
         prepared.revision = revision
         return prepared, model, stream
+
+    def _plan(self, snap: Any, protocol: Protocol, model: str) -> Any:
+        """The plan of ``model`` as a client names it: the operator's descriptor, else the
+        catalog by id or api id, else by ``<provider>/<model>`` (``claude-sonnet-4-5`` is
+        the catalog's ``anthropic/claude-sonnet-4-5``)."""
+        known = self.models.get(model)
+        if known is not None:
+            return snap.plan_for(known)
+        try:
+            return snap.plan_for(model)
+        except KiloRulesError:
+            if "/" in model:
+                raise
+            try:
+                return snap.plan_for(f"{protocol.provider}/{model}")
+            except KiloRulesError:
+                pass
+            raise
 
     def record_usage(self, prepared: Prepared, usage: Usage | None) -> None:
         if usage is None or prepared.usage_key is None or self.ledger is None:
@@ -439,6 +457,7 @@ async def _managed(gw: _Gateway, request: Request, protocol: Protocol, path: str
     record = _Record(request_id, api, model, 0, prepared, tenant)
     url = upstream + path + (f"?{request.url.query}" if request.url.query else "")
     fwd = gw.forward_headers(request)
+    fwd["x-request-id"] = request_id
     assert gw.client is not None
     client = gw.client
     retried = False
@@ -465,8 +484,8 @@ async def _managed(gw: _Gateway, request: Request, protocol: Protocol, path: str
         if resp.status_code >= 400:
             try:
                 body = await _read(resp, gw.settings.max_reply_bytes)
-            except _ReplyTooLargeError:
-                body = protocol.error(502, "the upstream's error reply was too large")
+            except (_ReplyTooLargeError, httpx.HTTPError):
+                body = protocol.error(502, "the upstream's error reply was too large or broke off")
             finally:
                 await resp.aclose()
             if (
@@ -501,16 +520,16 @@ async def _managed(gw: _Gateway, request: Request, protocol: Protocol, path: str
         )
     try:
         body = await _read(resp, gw.settings.max_reply_bytes)
-    except _ReplyTooLargeError:
-        record.status = 502
+    except (_ReplyTooLargeError, httpx.HTTPError) as exc:
+        why = (
+            "the upstream's reply was too large"
+            if isinstance(exc, _ReplyTooLargeError)
+            else f"the upstream's reply broke off ({type(exc).__name__})"
+        )
+        record.status, record.error = 502, why
         metrics.requests.labels(api, "502").inc()
         gw.write(record)
-        return Response(
-            protocol.error(502, "the upstream's reply was too large"),
-            502,
-            ours,
-            media_type="application/json",
-        )
+        return Response(protocol.error(502, why), 502, ours, media_type="application/json")
     finally:
         await resp.aclose()
     if not counting and "content-encoding" not in resp.headers:
@@ -655,4 +674,5 @@ def create_gateway(
     app = Starlette(routes=routes, lifespan=gw.lifespan)
     app.state.gateway = gw
     limited = BodyLimit(app, max_bytes=s.max_body_bytes, timeout=s.body_timeout)
-    return Guard(limited, access=access, header=GATEWAY_HEADER)
+    managed_paths = frozenset({*PROTOCOLS, _COUNT_TOKENS})
+    return Guard(limited, access=access, header=GATEWAY_HEADER, json_paths=managed_paths)

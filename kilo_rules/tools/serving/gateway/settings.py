@@ -17,7 +17,8 @@ __all__ = ["GatewaySettings"]
 def _default_ledger() -> Path:
     from kilo_rules.tools.serving.store import default_cache_dir
 
-    return default_cache_dir() / "gateway-ledger.sqlite3"
+    # Beside the bundle cache, not in it.
+    return default_cache_dir().parent / "gateway" / "ledger.sqlite3"
 
 
 class GatewaySettings(ListenSettings):

@@ -196,12 +196,22 @@ class Guard:
     """ASGI middleware: authenticate, check the Host and the body's type, before the app
     (and before the body is read). Refusals are the sidecar's typed JSON errors."""
 
-    def __init__(self, app: ASGIApp, *, access: Access, header: str = "authorization") -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        access: Access,
+        header: str = "authorization",
+        json_paths: frozenset[str] | None = None,
+    ) -> None:
         self.app = app
         self.access = access
         # The gateway's callers send their provider's key in Authorization; its own token
         # comes in Proxy-Authorization.
         self.header = header.lower().encode("latin-1")
+        # The paths whose bodies must be JSON (None: every path). The gateway relays other
+        # paths (file uploads among them) with whatever body they carry.
+        self.json_paths = json_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -236,8 +246,10 @@ class Guard:
                 "the Host header does not name this sidecar (see --allowed-host)",
             )
             return
-        if scope.get("method") in ("POST", "PUT", "PATCH") and not _is_json(
-            headers.get(b"content-type")
+        if (
+            scope.get("method") in ("POST", "PUT", "PATCH")
+            and (self.json_paths is None or path in self.json_paths)
+            and not _is_json(headers.get(b"content-type"))
         ):
             await _refuse(
                 scope,
