@@ -41,7 +41,7 @@ from kilo_rules.engine.base.errors import KiloRulesError
 from kilo_rules.engine.formats.catalog import ModelInfo
 from kilo_rules.engine.summarizers.protocol import Summarizer
 from kilo_rules.tools.serving.gateway.context import ContextManager, Prepared
-from kilo_rules.tools.serving.gateway.jsonspan import JsonBodyError, scan
+from kilo_rules.tools.serving.gateway.jsonspan import JsonBodyError
 from kilo_rules.tools.serving.gateway.ledger import LedgerError, SqliteLedger
 from kilo_rules.tools.serving.gateway.protocols import (
     ANTHROPIC,
@@ -296,7 +296,7 @@ class _Gateway:
         except UnicodeDecodeError as exc:
             raise _ClientError(f"the body is not UTF-8 (byte {exc.start})") from None
         try:
-            scanned = scan(text, protocol.items)
+            scanned = self.context.scan(protocol, text, raw)
         except JsonBodyError as exc:
             line = text.count("\n", 0, exc.offset) + 1
             col = exc.offset - (text.rfind("\n", 0, exc.offset) + 1) + 1

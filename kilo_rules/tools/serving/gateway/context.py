@@ -39,7 +39,7 @@ from kilo_rules.engine.runtime.lower import lower, lower_settings
 from kilo_rules.engine.runtime.mutations import apply_mutations
 from kilo_rules.engine.runtime.trace import plan_caches
 from kilo_rules.engine.summarizers.protocol import Summarizer
-from kilo_rules.tools.serving.gateway.jsonspan import Scanned, Span, splice
+from kilo_rules.tools.serving.gateway.jsonspan import Scanned, Span, scan, splice
 from kilo_rules.tools.serving.gateway.ledger import (
     Entry,
     LedgerError,
@@ -104,6 +104,10 @@ class ContextManager:
         self._limits: LRUCache[int, tuple[Plan, int | None]] = LRUCache(256)
 
     # -- the pieces -----------------------------------------------------------------------
+    def scan(self, protocol: Protocol, text: str, raw: bytes) -> Scanned:
+        """The client's body parsed, with the spans of its members and history items."""
+        return scan(text, protocol.items)
+
     def _limit(self, plan: Plan) -> int | None:
         hit = self._limits.get(id(plan))
         if hit is not None and hit[0] is plan:
