@@ -6,6 +6,7 @@ Like ``serve`` it needs the ``serve`` extra, imported in :func:`run` only.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import sys
 from pathlib import Path
@@ -67,6 +68,14 @@ def register(sub: Subcommands) -> None:
     net.add_argument("--host", default=None, help="address to listen on (default: 127.0.0.1)")
     net.add_argument("--port", type=int, default=None, help="port (default: 8787; 0: any free)")
     net.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes answering on the one socket, each preparing requests on a "
+        "core of its own and sharing the ledger; a policy change is checked once and "
+        "reaches every worker (default: 1, this process; about one per core)",
+    )
+    net.add_argument(
         "--decision-log", metavar="FILE", default=None, help="append one JSON line per request"
     )
     net.add_argument(
@@ -107,6 +116,11 @@ def load_models(path: Path) -> dict[str, Any]:
     return out
 
 
+#: Seconds the requests in flight at SIGTERM (or, under ``--workers``, a worker retired at
+#: a policy swap) have to finish: a stream still going past this is cut.
+_GRACE = 30
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or Ctrl-C, then close the store."""
     try:
@@ -116,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             GATEWAY_HEADER,
             GatewaySettings,
             LedgerError,
+            SqliteLedger,
             create_gateway,
         )
         from kilo_rules.tools.serving.sidecar.access import Access
@@ -143,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
             given[option] = Path(getattr(args, option))
     if args.no_ledger:
         given["ledger"] = None
+    if args.workers is not None:
+        given["workers"] = args.workers
     settings = GatewaySettings(**given)
     models = load_models(settings.models) if settings.models else {}
     host = _pick(args.host, settings.host)
@@ -178,23 +195,47 @@ def run(args: argparse.Namespace) -> int:
                 if no_auth and not tokens
                 else Access.with_tokens(tokens, allowed_hosts=hosts, open_probes=open_probes)
             )
-            try:
-                app = create_gateway(store, settings, access=access, models=models)
-            except LedgerError as exc:
-                print(f"kilo-rules gateway: {exc} (--ledger FILE, or --no-ledger)", file=sys.stderr)
-                return EXIT_USAGE
-            config = uvicorn_config(
-                app,
+            make_app = functools.partial(
+                create_gateway, store, settings, access=access, models=models
+            )
+            make_config = functools.partial(
+                uvicorn_config,
                 head_timeout=settings.head_timeout,
                 keep_alive_timeout=settings.keep_alive_timeout,
                 max_connections=settings.max_connections,
                 log_level=args.log_level,
                 access_log=False,
                 server_header=False,
-                timeout_graceful_shutdown=30,
+                timeout_graceful_shutdown=_GRACE,
             )
+            try:
+                if settings.workers > 1:
+                    # Each worker makes its app (its ledger connection, its upstream
+                    # client) after the fork; this one is opened and closed at once, so
+                    # that a ledger that cannot open is one line, not one per worker.
+                    if settings.ledger is not None:
+                        SqliteLedger(settings.ledger).close()
+                    app = None
+                else:
+                    app = make_app()
+            except LedgerError as exc:
+                print(f"kilo-rules gateway: {exc} (--ledger FILE, or --no-ledger)", file=sys.stderr)
+                return EXIT_USAGE
             gc.collect()
             gc.freeze()
+            if app is None:
+                from kilo_rules.tools.serving.sidecar.workers import WorkerPool
+
+                pool = WorkerPool(
+                    store,
+                    sock,
+                    settings.workers,
+                    lambda metrics, tell: make_app(metrics_dir=metrics.shared, on_model=tell),
+                    make_config,
+                    grace=_GRACE,
+                )
+                return pool.run()
+            config = make_config(app)
             with _surviving_sigterm():
                 try:
                     uvicorn.Server(config).run(sockets=[sock])

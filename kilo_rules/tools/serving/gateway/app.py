@@ -13,6 +13,11 @@ Managing a request never stands between an agent and its provider: a model the c
 does not know, a ledger that fails, an engine error or a time bound passed — the request is
 passed through as sent, and the response and the decision log say why
 (``x-kilo-rules-passthrough``).
+
+Under ``kilo-rules gateway --workers N`` each worker process makes its own app (its own
+ledger connection and upstream client, after the fork), and ``/metrics``, whichever worker
+answers, sums every worker's values (``metrics_dir``: prometheus-client's multiprocess
+files, as the sidecar's workers keep them).
 """
 
 from __future__ import annotations
@@ -23,21 +28,33 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 import httpx
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from kilo_rules.engine.base.errors import KiloRulesError
+from kilo_rules.engine.base.lru import LRUCache
 from kilo_rules.engine.formats.catalog import ModelInfo
 from kilo_rules.engine.summarizers.protocol import Summarizer
 from kilo_rules.tools.serving.gateway.context import ContextManager, Prepared
@@ -82,6 +99,9 @@ _HOP = frozenset(
     }
 )
 _COUNT_TOKENS = "/v1/messages/count_tokens"
+#: Model ids a worker remembers having reported (``on_model``); one pushed out is told again.
+_MODELS_TOLD = 1024
+_PREFIX = "kilo_rules_gateway_"
 _ANTHROPIC_PATHS = ("/v1/messages", "/v1/complete")
 
 
@@ -144,7 +164,11 @@ class _Record:
 
 
 class _Metrics:
-    def __init__(self) -> None:
+    """The gateway's metrics; ``shared``: the multiprocess directory every worker writes
+    its values to (``/metrics`` then sums them, see :class:`_Summed`)."""
+
+    def __init__(self, shared: Path | None = None) -> None:
+        self.shared = shared
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -207,11 +231,54 @@ class _Metrics:
     def usage(self, api: str, usage: Usage) -> None:
         self.input_tokens.labels(api).inc(usage.input)
         self.cache_read.labels(api).inc(usage.cache_read)
+        if self.shared is not None:
+            return  # the share is computed from every worker's sums (_Summed)
         total = self._totals.setdefault(api, [0, 0])
         total[0] += usage.input
         total[1] += usage.cache_read
         if total[0]:
             self.cache_share.labels(api).set(total[1] / total[0])
+
+    def render(self) -> bytes:
+        """The exposition text: this app's values, or every worker's summed."""
+        if self.shared is None:
+            return generate_latest(self.registry)
+        summed = CollectorRegistry()
+        summed.register(_Summed(self.shared))
+        return generate_latest(summed)
+
+
+class _Summed(Collector):
+    """The gateway's metrics of every process writing to ``shared`` (those exited too),
+    summed by prometheus-client's multiprocess collector; the cache-read share is computed
+    from the summed token counters (a ratio per worker does not add up)."""
+
+    def __init__(self, shared: Path) -> None:
+        self.shared = shared
+
+    def collect(self) -> Iterator[Metric]:
+        files = CollectorRegistry()
+        multiprocess.MultiProcessCollector(files, path=str(self.shared))  # type: ignore[no-untyped-call]
+        sums: dict[str, dict[str, float]] = {"input_tokens": {}, "cache_read_tokens": {}}
+        for family in files.collect():
+            # The pool's own (sidecar) counters live in the same files: not the gateway's.
+            if not family.name.startswith(_PREFIX):
+                continue
+            kind = family.name.removeprefix(_PREFIX)
+            if kind in sums:
+                for sample in family.samples:
+                    if sample.name.endswith("_total"):
+                        sums[kind][sample.labels["api"]] = sample.value
+            yield family
+        share = GaugeMetricFamily(
+            _PREFIX + "cache_read_share",
+            "Cache-read share of the prompt tokens reported so far",
+            labels=["api"],
+        )
+        for api, total in sorted(sums["input_tokens"].items()):
+            if total:
+                share.add_metric([api], sums["cache_read_tokens"].get(api, 0.0) / total)
+        yield share
 
 
 def _reason(text: str) -> str:
@@ -227,10 +294,14 @@ class _Gateway:
         summarizer: Summarizer,
         models: Mapping[str, ModelInfo],
         transport: httpx.AsyncBaseTransport | None,
+        metrics_dir: Path | None = None,
+        on_model: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.models = dict(models)
+        self.on_model = on_model
+        self._told: LRUCache[str, bool] = LRUCache(_MODELS_TOLD)
         ledger = None
         if settings.ledger is not None:
             ledger = SqliteLedger(
@@ -240,7 +311,7 @@ class _Gateway:
             )
         self.ledger = ledger
         self.context = ContextManager(ledger, summarizer)
-        self.metrics = _Metrics()
+        self.metrics = _Metrics(metrics_dir)
         self.log = DecisionLog(settings.decision_log) if settings.decision_log else None
         self.transport = transport
         self.client: httpx.AsyncClient | None = None
@@ -332,22 +403,39 @@ class _Gateway:
         if known is not None:
             return snap.plan_for(known)
         try:
-            return snap.plan_for(model)
+            plan = snap.plan_for(model)
         except KiloRulesError:
             if "/" in model:
                 raise
+            qualified = f"{protocol.provider}/{model}"
             try:
-                return snap.plan_for(f"{protocol.provider}/{model}")
+                plan = snap.plan_for(qualified)
             except KiloRulesError:
                 pass
+            else:
+                self._tell(qualified)
+                return plan
             raise
+        self._tell(model)
+        return plan
+
+    def _tell(self, model: str) -> None:
+        """Report a catalog model planned for to the supervisor (``--workers``), once: its
+        store compiles it and checks every later revision for it, as one process does."""
+        if self.on_model is None or self._told.get(model) is not None:
+            return
+        self._told.put(model, True)
+        try:
+            self.on_model(model)
+        except Exception:  # the request stands; the next revision is checked without it
+            log.warning("could not report model %s as in use", model, exc_info=True)
 
     def record_usage(self, prepared: Prepared, usage: Usage | None) -> None:
         if usage is None or prepared.usage_key is None or self.ledger is None:
             return
-        key, items, boundary = prepared.usage_key
+        key, items, boundary, root = prepared.usage_key
         try:
-            self.ledger.record_usage(key, items, boundary, usage)
+            self.ledger.record_usage(key, items, boundary, usage, root)
         except LedgerError as exc:
             log.warning("usage not recorded: %s", exc)
 
@@ -621,18 +709,24 @@ def create_gateway(
     summarizer: Summarizer | None = None,
     models: Mapping[str, ModelInfo] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    metrics_dir: Path | None = None,
+    on_model: Callable[[str], None] | None = None,
 ) -> Any:
     """The gateway app over ``store`` (an ASGI app: serve it with uvicorn).
 
     ``access``: who may call (tokens in ``Proxy-Authorization: Bearer …``, the Host
     allow-list). ``models``: descriptors by the model id clients send, consulted before the
-    catalog. ``transport``: the httpx transport to the upstreams (tests)."""
+    catalog. ``transport``: the httpx transport to the upstreams (tests). ``metrics_dir``
+    and ``on_model`` are a worker's of ``--workers`` (:class:`~kilo_rules.tools.serving.
+    sidecar.workers.WorkerPool`): the multiprocess directory ``/metrics`` sums, and where
+    to report each catalog model planned for. The ledger connection is opened here: make
+    the app in the process that serves it (a SQLite connection must not cross a fork)."""
     s = settings if settings is not None else GatewaySettings()
     if summarizer is None:
         from kilo_rules.engine.summarizers import ExtractiveSummarizer
 
         summarizer = ExtractiveSummarizer()
-    gw = _Gateway(store, s, summarizer, models or {}, transport)
+    gw = _Gateway(store, s, summarizer, models or {}, transport, metrics_dir, on_model)
     never = set(s.passthrough_paths)
 
     def managed(protocol: Protocol, path: str) -> Any:
@@ -652,9 +746,7 @@ def create_gateway(
         return Response(body, 200 if ready else 503, media_type="application/json")
 
     async def metrics(request: Request) -> Response:
-        return Response(
-            generate_latest(gw.metrics.registry), media_type="text/plain; version=0.0.4"
-        )
+        return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def other(request: Request) -> Response:
         return await _passthrough(gw, request)

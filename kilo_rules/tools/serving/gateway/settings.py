@@ -27,6 +27,13 @@ class GatewaySettings(ListenSettings):
     model_config = SettingsConfigDict(env_prefix="KILO_RULES_GATEWAY_", extra="ignore", frozen=True)
 
     port: int = Field(8787, ge=0, le=65535, description="Port to listen on (0: any free).")
+    workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Worker processes answering on the one socket (1: the server is this "
+        "process; more need os.fork).",
+    )
 
     anthropic_url: str = Field(
         "https://api.anthropic.com",
