@@ -454,9 +454,9 @@ def test_ledger_finds_the_longest_recorded_prefix(
         for items, p in recorded:
             if p > len(items):
                 continue
-            key = chain("t1\x00u\x00p", items)[p - 1]
-            entry = Entry(key, p, json.dumps([{"n": len(model)}]), 3)
-            got = ledger.record(entry)
+            hashes = chain("t1\x00u\x00p", items)
+            entry = Entry(hashes[p - 1], p, json.dumps([{"n": len(model)}]), 3)
+            got = ledger.record(entry, hashes[0])
             first = model.setdefault(tuple(items[:p]), got)
             assert (got.key, got.position, got.replacement) == (
                 first.key,
@@ -489,13 +489,14 @@ def test_ledger_finds_the_longest_recorded_prefix(
 def test_ledger_never_finds_a_hash_at_another_position(
     hashes: list[str], data: st.DataObject
 ) -> None:
-    # Hashes made up (not chained) so the same one can sit at several positions.
+    # Hashes made up (not chained) so the same one can sit at several positions. An entry
+    # belongs to the conversation whose first item hashes to its root (hashes[0]).
     with _ledger() as ledger:
         p = data.draw(st.integers(1, len(hashes)))
-        ledger.record(Entry(hashes[p - 1], p, "[]"))
+        ledger.record(Entry(hashes[p - 1], p, "[]"), hashes[0])
         query = data.draw(st.lists(st.sampled_from([*hashes, "zz"]), max_size=8))
         found = ledger.longest(query)
-        if len(query) >= p and query[p - 1] == hashes[p - 1]:
+        if len(query) >= p and query[0] == hashes[0] and query[p - 1] == hashes[p - 1]:
             assert found is not None and found.position == p
         else:
             assert found is None
@@ -505,7 +506,7 @@ def test_ledger_never_finds_a_hash_at_another_position(
 @given(st.integers(2, 8))
 def test_concurrent_records_of_one_key_agree(writers: int) -> None:
     with _ledger() as ledger:
-        key = chain("scope", [b"x", b"y"])[1]
+        key, root = chain("scope", [b"x", b"y"])[1], chain("scope", [b"x"])[0]
         results: list[Entry] = []
         errors: list[BaseException] = []
         barrier = threading.Barrier(writers)
@@ -513,7 +514,7 @@ def test_concurrent_records_of_one_key_agree(writers: int) -> None:
         def write(i: int) -> None:
             try:
                 barrier.wait(5)
-                results.append(ledger.record(Entry(key, 2, json.dumps([i]), i)))
+                results.append(ledger.record(Entry(key, 2, json.dumps([i]), i), root))
             except BaseException as exc:
                 errors.append(exc)
 

@@ -59,6 +59,19 @@ _IMPORTERS: Mapping[str, Callable[[Source, int], Any]] = {
 #: Explicit cache breakpoints Anthropic accepts in one request.
 _ANTHROPIC_MARKS = 4
 _MARK = {"type": "ephemeral"}
+#: Bytes of a body that pick its slot of remembered scans, and scans per slot.
+_HEAD = 4096
+_SLOT = 8
+
+
+def _repeats(previous: Scanned, raw: bytes) -> int:
+    """A quick measure of how much of ``previous`` the body ``raw`` repeats: its elements
+    but the newest (a cache mark may have moved off it), or none."""
+    ends = previous.byte_ends
+    for k in (len(ends), len(ends) - 1):
+        if k >= 1 and len(raw) > ends[k - 1] and raw.startswith(previous.raw[: ends[k - 1]]):
+            return k
+    return 0
 
 
 @dataclass
@@ -76,7 +89,8 @@ class Prepared:
     limit: int | None = None
     items: int = 0  # items the client sent
     forwarded_items: int = 0
-    usage_key: tuple[str, int, str] | None = None  # (prefix hash, items, boundary key)
+    #: Where the usage of the reply is recorded: (prefix hash, items, boundary key, root).
+    usage_key: tuple[str, int, str, str] | None = None
     plan: Plan | None = None
 
 
@@ -95,6 +109,7 @@ class ContextManager:
         summarizer: Summarizer,
         *,
         items_cached: int = 200_000,
+        scans_bytes: int = 512 << 20,
     ) -> None:
         self.ledger = ledger
         self.summarizer = summarizer
@@ -102,11 +117,35 @@ class ContextManager:
         # earlier request (every item but the newest) costs one sha256 of its text.
         self._items: LRUCache[tuple[bytes, int], _Item] = LRUCache(items_cached)
         self._limits: LRUCache[int, tuple[Plan, int | None]] = LRUCache(256)
+        # The last body of each conversation, by the digest of its first bytes: the next
+        # body parses, hashes and counts only what it adds. Bounded by bytes of body.
+        self._scans: LRUCache[bytes, tuple[Scanned, ...]] = LRUCache(
+            scans_bytes, weigh=lambda group: sum(len(s.raw) for s in group)
+        )
+        self._others: LRUCache[bytes, int] = LRUCache(4096)
 
     # -- the pieces -----------------------------------------------------------------------
     def scan(self, protocol: Protocol, text: str, raw: bytes) -> Scanned:
-        """The client's body parsed, with the spans of its members and history items."""
-        return scan(text, protocol.items)
+        """The client's body parsed, with the spans of its members and history items;
+        what an earlier body of the same conversation repeats byte for byte from its start
+        is taken from that body's scan, not parsed again."""
+        # Conversations that share their first bytes (one agent's system prompt) share a
+        # slot of a few scans; the one the body repeats most of is resumed from.
+        slot = hashlib.sha256(protocol.name.encode() + raw[:_HEAD]).digest()
+        group = self._scans.get(slot) or ()
+        if len(group) > 1:
+            previous: Scanned | None = max(group, key=lambda g: _repeats(g, raw))
+        else:
+            previous = group[0] if group else None
+        scanned = scan(text, protocol.items, raw=raw, previous=previous)
+        if previous is not None and scanned.reused:
+            for key, value in previous.memo.items():  # per element: those still the same
+                scanned.memo[key] = value[: scanned.reused]
+
+        if scanned.items:
+            kept = tuple(g for g in group if g is not previous)[: _SLOT - 1]
+            self._scans.put(slot, (scanned, *kept))
+        return scanned
 
     def _limit(self, plan: Plan) -> int | None:
         hit = self._limits.get(id(plan))
@@ -154,10 +193,14 @@ class ContextManager:
         text = scanned.text
         n = len(items)
         out.items = out.forwarded_items = n
-        cells = [
-            self._item(text[s.start : s.end], v, plan) for s, v in zip(spans, items, strict=True)
-        ]
-        hashes = chain(scope, (c.digest for c in cells))
+        counter = plan_caches(plan).counter
+        cells: list[_Item] = scanned.memo.setdefault(("cells", id(counter)), [])
+        for i in range(len(cells), n):
+            cells.append(self._item(text[spans[i].start : spans[i].end], items[i], plan))
+        hashes: list[str] = scanned.memo.setdefault(("chain", scope), [])
+        hashes += chain(
+            scope, (c.digest for c in cells[len(hashes) :]), hashes[-1] if hashes else None
+        )
         out.conversation = hashes[0][:16]
         lead = protocol.leading(items)
         entry: Entry | None = None
@@ -189,7 +232,7 @@ class ContextManager:
                 start = made.position
                 out.rules.append("compaction")
         boundary = entry.key if entry is not None else ""
-        out.usage_key = (hashes[-1], n, boundary)
+        out.usage_key = (hashes[-1], n, boundary, hashes[0])
 
         edits: dict[Span, str] = {}
         if entry is not None:
@@ -232,8 +275,14 @@ class ContextManager:
             k, usage = reported
             return usage.total + sum(c.tokens for c in cells[k:])
         counter = plan_caches(plan).counter
-        rest = {k: v for k, v in scanned.value.items() if k != protocol.items}
-        total = counter.count(json.dumps(rest, ensure_ascii=False))
+        # The system prompt, tools and options: the same text turn after turn, counted once.
+        others = "".join(
+            scanned.text[sp.start : sp.end]
+            for k, sp in scanned.members.items()
+            if k != protocol.items
+        )
+        key = hashlib.sha256(f"{id(counter)}\x00{others}".encode("utf-8", "surrogatepass")).digest()
+        total = self._others.get_or(key, lambda: counter.count(others))
         total += sum(counter.count(json.dumps(r, ensure_ascii=False)) for r in replacement)
         lead = protocol.leading(scanned.value[protocol.items])
         return total + sum(c.tokens for c in cells[:lead]) + sum(c.tokens for c in cells[start:])
@@ -282,7 +331,7 @@ class ContextManager:
         pair = json.dumps([m.model_dump(mode="json") for m in added[:2]], ensure_ascii=False)
         entry = Entry(hashes[position - 1], position, body, len(done.summary_text), pair=pair)
         # Without a ledger every request is compacted on its own (a summary per request).
-        return self.ledger.record(entry) if self.ledger is not None else entry
+        return self.ledger.record(entry, hashes[0]) if self.ledger is not None else entry
 
     def _marked(
         self, protocol: Protocol, scanned: Scanned, replacement: list[Any], start: int

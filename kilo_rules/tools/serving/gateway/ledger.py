@@ -30,9 +30,6 @@ from kilo_rules.tools.serving.gateway.protocols import Usage
 
 __all__ = ["Entry", "LedgerError", "SqliteLedger", "canonical", "chain"]
 
-#: Hashes per query: well under SQLite's bound on parameters.
-_CHUNK = 500
-
 
 class LedgerError(Exception):
     """The ledger store failed; the gateway passes the request through and says why."""
@@ -68,10 +65,11 @@ def canonical(item: Any) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def chain(scope: str, digests: Iterable[bytes]) -> list[str]:
+def chain(scope: str, digests: Iterable[bytes], last: str | None = None) -> list[str]:
     """``out[i]``: the hash of the first ``i + 1`` items, each given by its digest, under
-    ``scope`` (tenant, upstream and protocol: two tenants never share an entry)."""
-    h = hashlib.sha256(scope.encode()).digest()
+    ``scope`` (tenant, upstream and protocol: two tenants never share an entry). With
+    ``last`` (the hash of the items before these), the chain goes on from it."""
+    h = bytes.fromhex(last) if last else hashlib.sha256(scope.encode()).digest()
     out: list[str] = []
     for d in digests:
         h = hashlib.sha256(h + d).digest()
@@ -121,15 +119,17 @@ class SqliteLedger:
             self._db.executescript(
                 """
                 CREATE TABLE IF NOT EXISTS compactions (
-                    key TEXT PRIMARY KEY, position INTEGER NOT NULL,
+                    key TEXT PRIMARY KEY, root TEXT NOT NULL, position INTEGER NOT NULL,
                     replacement TEXT NOT NULL, summary_chars INTEGER NOT NULL,
                     created REAL NOT NULL, used REAL NOT NULL, pair TEXT NOT NULL);
+                CREATE INDEX IF NOT EXISTS compactions_root ON compactions(root, position);
                 CREATE INDEX IF NOT EXISTS compactions_used ON compactions(used);
                 CREATE TABLE IF NOT EXISTS usage (
-                    key TEXT NOT NULL, boundary TEXT NOT NULL, position INTEGER NOT NULL,
-                    input INTEGER NOT NULL, cache_read INTEGER NOT NULL,
-                    cache_write INTEGER NOT NULL, output INTEGER NOT NULL, used REAL NOT NULL,
-                    PRIMARY KEY (key, boundary));
+                    key TEXT NOT NULL, boundary TEXT NOT NULL, root TEXT NOT NULL,
+                    position INTEGER NOT NULL, input INTEGER NOT NULL,
+                    cache_read INTEGER NOT NULL, cache_write INTEGER NOT NULL,
+                    output INTEGER NOT NULL, used REAL NOT NULL, PRIMARY KEY (key, boundary));
+                CREATE INDEX IF NOT EXISTS usage_root ON usage(root, boundary, position);
                 CREATE INDEX IF NOT EXISTS usage_used ON usage(used);
                 """
             )
@@ -151,20 +151,23 @@ class SqliteLedger:
     # -- compactions ----------------------------------------------------------------------
     def longest(self, hashes: Sequence[str]) -> Entry | None:
         """The entry of the longest prefix whose chain hash is in ``hashes`` (``hashes[i]``
-        being the hash of the first ``i + 1`` items), or None."""
+        being the hash of the first ``i + 1`` items), or None.
+
+        One indexed query, whatever the length of the history: the entries of a
+        conversation share its first item's hash (``root``), and each candidate is
+        verified against the chain at its own position."""
+        if not hashes:
+            return None
+        rows = self._run(
+            "SELECT key, position, replacement, summary_chars, created, pair FROM compactions "
+            "WHERE root = ? AND position <= ? ORDER BY position DESC LIMIT 64",
+            (hashes[0], len(hashes)),
+        )
         best: Entry | None = None
-        for at in range(0, len(hashes), _CHUNK):
-            part = hashes[at : at + _CHUNK]
-            rows = self._run(
-                "SELECT key, position, replacement, summary_chars, created, pair "
-                f"FROM compactions WHERE key IN ({','.join('?' * len(part))})",
-                part,
-            )
-            for key, position, replacement, chars, created, pair in rows:
-                # The chain already ties the hash to its position; check it all the same.
-                found = 0 < position <= len(hashes) and hashes[position - 1] == key
-                if found and (best is None or position > best.position):
-                    best = Entry(key, position, replacement, chars, created, pair)
+        for key, position, replacement, chars, created, pair in rows:
+            if 0 < position <= len(hashes) and hashes[position - 1] == key:
+                best = Entry(key, position, replacement, chars, created, pair)
+                break
         if best is not None:
             now = time.time()
             self._run(
@@ -173,17 +176,19 @@ class SqliteLedger:
             )
         return best
 
-    def record(self, entry: Entry) -> Entry:
-        """Store ``entry`` unless one is recorded for its key already; either way, the
-        entry now recorded (a concurrent writer's, when it won)."""
+    def record(self, entry: Entry, root: str) -> Entry:
+        """Store ``entry`` (of the conversation whose first item hashes to ``root``) unless
+        one is recorded for its key already; either way, the entry now recorded (a
+        concurrent writer's, when it won)."""
         size = len(entry.replacement.encode("utf-8", "surrogatepass")) + len(entry.pair)
         if size > self.max_entry_bytes:
             raise LedgerError(f"a replacement over {self.max_entry_bytes} bytes is not kept")
         now = time.time()
         self._run(
-            "INSERT OR IGNORE INTO compactions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO compactions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 entry.key,
+                root,
                 entry.position,
                 entry.replacement,
                 entry.summary_chars,
@@ -203,29 +208,28 @@ class SqliteLedger:
     # -- usage ----------------------------------------------------------------------------
     def last_usage(self, hashes: Sequence[str], boundary: str) -> tuple[int, Usage] | None:
         """The usage reported for the longest prefix in ``hashes`` sent with the compaction
-        ``boundary`` ("" for none): (its length in items, the usage)."""
-        best: tuple[int, Usage] | None = None
-        for at in range(0, len(hashes), _CHUNK):
-            part = hashes[at : at + _CHUNK]
-            rows = self._run(
-                "SELECT key, position, input, cache_read, cache_write, output FROM usage "
-                f"WHERE boundary = ? AND key IN ({','.join('?' * len(part))})",
-                [boundary, *part],
-            )
-            for key, position, i, r, w, o in rows:
-                found = 0 < position <= len(hashes) and hashes[position - 1] == key
-                if found and (best is None or position > best[0]):
-                    best = (position, Usage(i, r, w, o))
-        return best
+        ``boundary`` ("" for none): (its length in items, the usage). One indexed query."""
+        if not hashes:
+            return None
+        rows = self._run(
+            "SELECT key, position, input, cache_read, cache_write, output FROM usage "
+            "WHERE root = ? AND boundary = ? AND position <= ? ORDER BY position DESC LIMIT 64",
+            (hashes[0], boundary, len(hashes)),
+        )
+        for key, position, i, r, w, o in rows:
+            if 0 < position <= len(hashes) and hashes[position - 1] == key:
+                return position, Usage(i, r, w, o)
+        return None
 
-    def record_usage(self, key: str, position: int, boundary: str, usage: Usage) -> None:
+    def record_usage(self, key: str, position: int, boundary: str, usage: Usage, root: str) -> None:
         """Store what the provider reported for the request of ``position`` items."""
         now = time.time()
         self._run(
-            "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 key,
                 boundary,
+                root,
                 position,
                 usage.input,
                 usage.cache_read,
