@@ -63,17 +63,26 @@ class InstructionFile:
 def find_up(name: str, start: Path, stop: Path | None) -> Path | None:
     """The nearest ``name`` in ``start`` or its ancestors, not above ``stop`` (nothing when
     ``start`` is not under ``stop``)."""
-    current = Path(os.path.realpath(start))
-    limit = Path(os.path.realpath(stop)) if stop else None
-    if limit is not None and not current.is_relative_to(limit):
+    limit = os.path.realpath(stop) if stop else None
+    return _find_up(name, os.path.realpath(start), limit)
+
+
+def _find_up(name: str, current: str, limit: str | None) -> Path | None:
+    # Strings, not Paths: discovery runs every step, and this is most of its cost.
+    if limit is not None and current != limit and not current.startswith(_dir(limit)):
         return None
     while True:
-        candidate = current / name
+        candidate = os.path.join(current, name)  # noqa: PTH118
         if os.path.isfile(candidate):  # noqa: PTH113 - False, not an OSError, for any bad name
-            return candidate
-        if current == limit or current.parent == current:
+            return Path(candidate)
+        parent = os.path.dirname(current)  # noqa: PTH120
+        if current == limit or parent == current:
             return None
-        current = current.parent
+        current = parent
+
+
+def _dir(path: str) -> str:
+    return path if path.endswith(os.sep) else path + os.sep
 
 
 def _vet(path: Path, root: Path) -> tuple[InstructionFile | None, str | None]:
@@ -125,11 +134,13 @@ def discover_instruction_files(
             skipped.append(str(why))
     cwd = Path(ws.cwd)
     root = Path(ws.root) if ws.root else None
+    real_cwd = os.path.realpath(cwd) if settings.project_files else ""
+    real_root = os.path.realpath(root) if root else None
     for name in settings.project_files:
         if why := instruction_path_problem("project_files", name):
             skipped.append(f"project file {name!r} {why}")
             continue
-        at = find_up(name, cwd, root)
+        at = _find_up(name, real_cwd, real_root)
         if at is not None:
             hit, why = _vet(at, at.parent)
             if hit is not None:
