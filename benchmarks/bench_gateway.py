@@ -1,8 +1,9 @@
 """What ``kilo-rules gateway`` costs a client: added latency, streaming, tokens and cost.
 
 Run with ``python benchmarks/bench_gateway.py [--session NAME] [--reps N] [--sessions A,B]
-[--every K] [--duration S] [--part latency,tokens,growth,throughput] [--quick]`` (every
-part by default, about four minutes on two cores; ``--quick`` in about one). The sessions
+[--every K] [--duration S] [--part latency,tokens,growth,throughput] [--workers N]
+[--quick]`` (every part by default, about four minutes on two cores; ``--quick`` in about
+one). The sessions
 are the recorded trajectories of ``../shared/data/trajectories``, made into client bodies by
 ``tests/gateway/gateway_server.py`` (``step_bodies``: each step the whole history so far,
 as the agent sends it).
@@ -43,7 +44,11 @@ the gateway's own prepare time is read from its decision log (``added_ms``).
    warm, then measured pairwise; the exponent of the added p50 against the body's size by
    log-log least squares. Target <= 0.3.
 6. Throughput: warm requests from 8 client threads against 1, for ``--duration`` seconds
-   each (the same for the upstream alone, as a yardstick). Target >= 1.5x.
+   each (the same for the upstream alone, as a yardstick). Target >= 1.5x. With
+   ``--workers N`` the gateway measured is the real command, ``kilo-rules gateway
+   --workers N`` (:func:`cli_gateway`), in front of the same upstream: compare N against
+   ``--workers 1`` (the command serves with its own HTTP parser, h11 with a head deadline,
+   slower on large bodies than the in-process gateway's default one).
 
 Timings are of one run on a shared machine: the ratios (measured against baselines of the
 same run) are what carry; the load average is printed at the end.
@@ -471,6 +476,72 @@ def child(*args: str) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+@contextlib.contextmanager
+def cli_gateway(upstream: str, api: str, window: int, workers: int) -> Iterator[Server]:
+    """``kilo-rules gateway --workers N --port 0`` as an operator runs it, configured as
+    :func:`fast_gateway` is (every model on ``gateway``, the bench's model at ``window``,
+    the test token, a ledger and a decision log in a temporary directory), until the block
+    ends (SIGTERM)."""
+    with tempfile.TemporaryDirectory(prefix="bench-gw-") as d:
+        tmp = Path(d)
+        policies = tmp / "policies"
+        policies.mkdir()
+        (policies / "routes.yaml").write_text("version: 1\nroutes: []\ndefault: gateway\n")
+        (tmp / "tokens").write_text(TOKEN + "\n")
+        models = [m.model_dump(mode="json") for m in gateway_models(api, window).values()]
+        (tmp / "models.json").write_text(json.dumps(models))
+        log = tmp / "decisions.jsonl"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KILO_RULES_")}
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "kilo_rules", "gateway", "--port", "0"),
+                *("--workers", str(workers), "--dir", str(policies)),
+                *("--models", str(tmp / "models.json"), "--token-file", str(tmp / "tokens")),
+                *("--anthropic-url", upstream, "--openai-url", upstream),
+                *("--ledger", str(tmp / "ledger.sqlite3"), "--decision-log", str(log)),
+                *("--log-level", "warning"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
+        assert proc.stderr is not None
+        err: list[str] = []
+        url = ""
+        for line in proc.stderr:
+            err.append(line)
+            found = re.search(r"ANTHROPIC_BASE_URL=(http://\S+)", line)
+            if found:
+                url = found.group(1)
+                break
+        # The rest of stderr, read so that the pipe never fills.
+        drain = threading.Thread(target=lambda: err.extend(proc.stderr or ()), daemon=True)
+        drain.start()
+        try:
+            if not url:
+                raise RuntimeError("kilo-rules gateway did not start:\n" + "".join(err))
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(url + "/healthz", headers=AUTH).status_code == 200:
+                        break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("kilo-rules gateway did not start:\n" + "".join(err))
+                time.sleep(0.05)
+            yield Server(url, log, proc)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            drain.join(5)
+            proc.stderr.close()
 
 
 # -- bodies -------------------------------------------------------------------------------
@@ -958,16 +1029,28 @@ def growth_part(name: str, reps: int, verdicts: list[Verdict], upstream: Server)
     )
 
 
-def throughput_part(name: str, seconds: float, verdicts: list[Verdict], upstream: Server) -> None:
+def throughput_part(
+    name: str,
+    seconds: float,
+    verdicts: list[Verdict],
+    upstream: Server,
+    workers: int | None = None,
+) -> None:
     api, body = last_step(name)
     raw = encode(body)
+    how = f"kilo-rules gateway --workers {workers}" if workers else "in process"
     print(
         f"\n== 6. throughput: {name} last step ({len(raw) / 1e3:.0f} KB), "
-        f"{seconds:g} s per point, warm"
+        f"{seconds:g} s per point, warm; the gateway: {how}"
     )
     print(f"{'':<22} {'1 client':>10} {'8 clients':>10} {'ratio':>7}  requests/s")
-    with child("gateway", upstream.url, api, str(UNLIMITED)) as gw_server:
-        for _ in range(3):
+    gateway = (
+        cli_gateway(upstream.url, api, UNLIMITED, workers)
+        if workers
+        else child("gateway", upstream.url, api, str(UNLIMITED))
+    )
+    with gateway as gw_server:
+        for _ in range(3 * (workers or 1)):  # each worker warm (a new connection each)
             t = Target(gw_server.url, api, managed=True)
             t.post(raw)
             t.close()
@@ -1022,6 +1105,13 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument(
         "--part", default="latency,tokens,growth,throughput", help="which parts, comma-separated"
     )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="throughput through `kilo-rules gateway --workers N` (default: the gateway "
+        "in a process of the bench's own)",
+    )
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, sampled steps")
     args = ap.parse_args(list(argv))
     reps = args.reps or (15 if args.quick else 50)
@@ -1043,7 +1133,7 @@ def main(argv: Sequence[str]) -> int:
             if "growth" in parts:
                 growth_part(args.session, max(5, reps // 3), verdicts, upstream)
             if "throughput" in parts:
-                throughput_part(args.session, seconds, verdicts, upstream)
+                throughput_part(args.session, seconds, verdicts, upstream, args.workers)
     if "tokens" in parts:
         print(
             f"\n== 4. tokens and cost: replayed step by step (every {every}), realistic upstream; "
