@@ -188,6 +188,23 @@ def test_workers_is_a_typed_setting_defaulting_to_one(monkeypatch: Any) -> None:
         GatewaySettings()
 
 
+def test_a_ledger_that_cannot_open_is_one_line_before_any_fork(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kilo_rules.tools.cli import main
+
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "routes.yaml").write_text("version: 1\nroutes: []\ndefault: gateway\n")
+    (tmp_path / "tokens").write_text(TOKEN + "\n")
+    args = ["gateway", "--workers", "2", "--port", "0", "--dir", str(policies)]
+    args += ["--token-file", str(tmp_path / "tokens"), "--ledger", str(tmp_path)]  # a directory
+    assert main(args) == 2
+    [line] = [x for x in capsys.readouterr().err.splitlines() if "cannot open the ledger" in x]
+    assert line.startswith("kilo-rules gateway: cannot open the ledger")
+    assert line.endswith("(--ledger FILE, or --no-ledger)")
+
+
 @pytest.mark.slow
 def test_two_workers_answer_and_metrics_sum_both(upstream: Upstream, tmp_path: Path) -> None:
     with gateway(upstream, tmp_path) as gw:
