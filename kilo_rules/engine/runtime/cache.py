@@ -27,7 +27,7 @@ added (Kilo's newer behaviour for Anthropic automatic caching).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -101,32 +101,35 @@ def _place(
     wanted = _kilo(request, settings) if settings.rule == "kilo" else _auto(request, settings)
     fresh: list[tuple[Spot, str]] = []
     for spot, why in wanted:
-        key = _key(request, spot)
-        if key in taken:
+        where = _key(request, spot)
+        if where in taken:
             decisions.append(_record(request, "skip", spot, f"{why}; already marked"))
             continue
-        taken.add(key)
+        taken.add(where)
         fresh.append((spot, why))
 
     # A later breakpoint caches everything before it too, so the latest ones are kept.
     by_position = sorted(fresh, key=lambda item: _position(request, item[0]), reverse=True)
     keep = {spot for spot, _ in by_position[:room]}
+    added: list[tuple[Spot, CacheMark]] = []
     for spot, why in sorted(fresh, key=lambda item: _position(request, item[0])):
         if spot in keep:
             ttl = _ttl(request, spot, settings)
             decisions.append(_record(request, "mark", spot, why, ttl=ttl))
-            request = _set(request, spot, CacheMark(ttl=ttl, client=False))
+            mark = CacheMark(ttl=ttl, client=False)
+            request = _set(request, spot, mark)
+            added.append((spot, mark))
         else:
             budget = f"{why}; over the budget of {settings.budget} (later marks kept)"
             decisions.append(_record(request, "skip", spot, budget))
-    return _longest_first(request, decisions, memo, key)
+    # The request's marks now: those it had, and those just set (marking moves nothing).
+    return _longest_first(request, decisions, [*existing, *added])
 
 
 def _longest_first(
     request: ModelRequest,
     decisions: list[dict[str, Any]],
-    memo: PrefixMemo[ModelMessage, _Marks] | None = None,
-    key: Hashable = None,
+    marks: Sequence[tuple[Spot, CacheMark]],
 ) -> tuple[ModelRequest, list[dict[str, Any]]]:
     """Raise the marks this stage added before a one-hour mark to one hour.
 
@@ -134,7 +137,6 @@ def _longest_first(
     five-minute one; a client's one-hour mark late in the conversation means the whole
     prefix before it is to be kept that long anyway. Client marks are never changed: two
     of them in the wrong order are reported."""
-    marks = _existing(request, memo, key)
     hours = [_position(request, spot) for spot, mark in marks if mark.ttl == "1h"]
     if not hours:
         return request, decisions
