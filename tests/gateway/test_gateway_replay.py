@@ -124,6 +124,17 @@ def test_nothing_changes_without_compaction(name: str, upstream: Upstream, tmp_p
     assert all(r.json == json.loads(json.dumps(body)) for body, r in zip(sent, got, strict=True))
 
 
+def _busts(got: list[Received], skip: list[bool]) -> int:
+    """Requests (but those in ``skip``) that did not read from the cache what the request
+    before them sent (less a rounding of the automatic caches' 128-token steps)."""
+    out = 0
+    for i in range(1, len(got)):
+        before, now = got[i - 1].usage or {}, got[i].usage or {}
+        if not skip[i] and now.get("cache_read", 0) < before.get("input_tokens", 0) - 256:
+            out += 1
+    return out
+
+
 def _strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
@@ -162,8 +173,13 @@ def test_replay_under_compaction(
     upstream.reset()
     upstream.window = window
     models = {model: small_model(model, api, window, output=4096)}
-    with running_gateway(upstream.url, tmp_path, policy=policy, models=models) as gw:
+    log = tmp_path / "decisions.jsonl"
+    with running_gateway(
+        upstream.url, tmp_path, policy=policy, models=models, decision_log=log
+    ) as gw:
         sent, got, _ = _replay(name, gw.url, AUTH, upstream, model)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    compacting = [("compaction" in line["rules"]) for line in lines if line["status"] == 200]
     refused = [r.refused for r in got if r.refused]
     assert refused == []  # no body refused: too long, tool pairs, signatures, turn order
     compacted = [
@@ -177,7 +193,14 @@ def test_replay_under_compaction(
         forwarded = r.json[items]
         assert forwarded[-1] == body[items][-1]  # the last turn, as sent
         assert task in " ".join(" ".join(_strings(forwarded)).split())
+    # A compaction writes its new prefix once; every other request reads from the cache
+    # all that the request before it sent, as the uncompacted history sent directly does:
+    # no more cache busts through the gateway than direct.
+    assert len(compacting) == len(got) and any(compacting)
+    busts = _busts(got, compacting)
     print(
-        f"{name} {policy}: {len(compacted)}/{len(got)} compacted, cache-read share "
-        f"{_share(got):.3f} through the gateway, {_share(direct):.3f} direct"
+        f"{name} {policy}: {sum(compacting)} compactions in {len(got)} steps, cache-read share "
+        f"{_share(got):.3f} through the gateway, {_share(direct):.3f} direct; busts "
+        f"{busts} through the gateway, {_busts(direct, [False] * len(direct))} direct"
     )
+    assert busts <= _busts(direct, [False] * len(direct))
