@@ -356,3 +356,48 @@ def test_the_ledger_keeps_the_compacted_prefix_byte_stable(
     # whole prefix from the cache).
     end = scan(before.decode(), "messages").members["messages"].end - 1
     assert sent[-1].startswith(before[:end])
+
+
+def _chat_history(turns: int, words: int = 400) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": "Task: fix the bug in src/app.py."},
+    ]
+    for i in range(turns):
+        call = {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat f{i}.py"})},
+        }
+        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        body = f"file {i}: " + " ".join(f"w{i}x{j}" for j in range(words))
+        out.append({"role": "tool", "tool_call_id": f"call_{i}", "content": body})
+    return out
+
+
+CHAT_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a command.",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+        },
+    }
+]
+
+
+def test_openai_overflow_is_compacted_and_retried_once(upstream: Upstream, tmp_path: Path) -> None:
+    models = {"gpt-big": small_model("gpt-big", "openai", 1_000_000)}
+    history = _chat_history(30)
+    with running_gateway(upstream.url, tmp_path, models=models) as gw:
+        upstream.window = 20_000
+        reply = _openai(gw).chat.completions.create(
+            model="gpt-big", messages=history, tools=CHAT_TOOLS
+        )
+    assert reply.choices[0].message.content == "ok"
+    refused, accepted = upstream.received[-2:]
+    assert refused.refused == "context_length_exceeded" and accepted.refused is None
+    sent = accepted.json["messages"]
+    assert sent[0] == history[0]  # the system message stays first
+    assert sent[-1] == history[-1] and len(sent) < len(history)
