@@ -62,7 +62,6 @@ import json
 import math
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -95,10 +94,12 @@ from tests.gateway.gateway_server import (  # noqa: E402
     SESSIONS,
     TOKEN,
     TRAJECTORIES,
+    WINDOWS,  # the replay test's: each forces compaction
     running_gateway,
     small_model,
     step_bodies,
 )
+from tests.threaded import serve_in_thread  # noqa: E402
 
 DEFAULT_SESSION = "claude-code-opus46-spotter-8463c716.jsonl"
 DEFAULT_SESSIONS = (
@@ -106,15 +107,6 @@ DEFAULT_SESSIONS = (
     "claude-code-sonnet45-subagent-a2898e3.jsonl",
     "mini-swe-agent-v1-gemini3pro-pylint-6528.traj.json",
 )
-#: The window each session is replayed at to force compaction (tests/gateway's replay test).
-WINDOWS = {
-    "claude-code-opus46-spotter-8463c716.jsonl": 60_000,
-    "claude-code-sonnet45-subagent-a2898e3.jsonl": 24_000,
-    "mini-swe-agent-v1-gemini3pro-pylint-6528.traj.json": 40_000,
-    "mini-swe-agent-v2-deepseek-sqlfluff-1733.traj.json": 40_000,
-    "openhands-llama4-multiswebench-output.jsonl": 16_000,
-    "swe-agent-gpt4-pydicom-1458.traj": 12_000,
-}
 UNLIMITED = 100_000_000
 MODEL_OF = {"anthropic": "claude-bench", "openai": "gpt-bench", "openai-responses": "codex-bench"}
 PATH_OF = {
@@ -334,28 +326,11 @@ def fast_app() -> Starlette:
     )
 
 
-def listening_socket() -> socket.socket:
-    """A socket on 127.0.0.1, a free port, made as ``getaddrinfo`` describes it (protocol
-    ``IPPROTO_TCP``, as ``kilo-rules gateway`` binds): asyncio sets ``TCP_NODELAY`` only on
-    connections of such a socket. One made with protocol 0 (``socket.socket(AF_INET,
-    SOCK_STREAM)``) leaves Nagle on, and every keep-alive request after the first waits
-    ~40 ms for the client's delayed ACK."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        "127.0.0.1", 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(address)
-    return sock
-
-
 @contextlib.contextmanager
 def serving(app: Any, *, lifespan: Literal["on", "off"] = "off") -> Iterator[str]:
     """``app`` under uvicorn on 127.0.0.1 (a free port) in a thread of this process."""
     import uvicorn
 
-    sock = listening_socket()
-    port = sock.getsockname()[1]
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -364,51 +339,17 @@ def serving(app: Any, *, lifespan: Literal["on", "off"] = "off") -> Iterator[str
         ws="none",
         timeout_graceful_shutdown=2,
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 15
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+    with serve_in_thread(config) as (url, _):
+        yield url
 
 
 @contextlib.contextmanager
 def fast_gateway(upstream: str, tmp: Path, api: str, window: int) -> Iterator[str]:
-    """The gateway as ``running_gateway`` builds it (a policy directory routing every
-    model to ``gateway``, the test token, 127.0.0.1 allowed) with a decision log in
-    ``tmp``, served on a socket of :func:`listening_socket` (``running_gateway``'s own
-    socket has protocol 0: see there)."""
-    from kilo_rules.tools.serving.gateway import GatewaySettings, create_gateway
-    from kilo_rules.tools.serving.sidecar.access import Access
-    from kilo_rules.tools.serving.store import PolicyStore
-
-    policies = tmp / "policies"
-    policies.mkdir(exist_ok=True)
-    (policies / "routes.yaml").write_text(
-        "version: 1\nroutes: []\ndefault: gateway\n", encoding="utf-8"
-    )
-    store = PolicyStore.from_directory(policies)
-    settings = GatewaySettings(
-        anthropic_url=upstream,
-        openai_url=upstream,
-        ledger=tmp / "ledger.sqlite3",
-        decision_log=tmp / "decisions.jsonl",
-    )
-    access = Access.with_tokens((TOKEN,), allowed_hosts=["127.0.0.1"])
-    app = create_gateway(store, settings, access=access, models=gateway_models(api, window))
-    try:
-        with serving(app, lifespan="on") as url:
-            yield url
-    finally:
-        store.close()
+    """The tests' gateway (every model on ``gateway``, the test token) with a decision log
+    in ``tmp``."""
+    models = gateway_models(api, window)
+    with running_gateway(upstream, tmp, models=models, decision_log=tmp / "decisions.jsonl") as gw:
+        yield gw.url
 
 
 def gateway_models(api: str, window: int) -> dict[str, ModelInfo]:

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +15,8 @@ from kilo_rules.engine.formats.catalog import ModelInfo, bundled_catalog, model_
 from kilo_rules.engine.formats.session import Session
 from kilo_rules.engine.importers import read_session
 from kilo_rules.engine.runtime.apply import apply_plan
+
+from ..threaded import serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAJECTORIES = ROOT.parent / "shared/data/trajectories"
@@ -76,27 +75,13 @@ def running_gateway(
         else Access.without_auth(allowed_hosts=["127.0.0.1"])
     )
     app = create_gateway(store, s, access=access, models=models)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, ws="none", timeout_graceful_shutdown=2
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
     try:
-        deadline = time.monotonic() + 15
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the gateway did not start")
-            time.sleep(0.01)
-        yield Gateway(f"http://127.0.0.1:{port}", app)
+        with serve_in_thread(config, "the gateway") as (url, _):
+            yield Gateway(url, app)
     finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
         store.close()
 
 
@@ -110,6 +95,16 @@ SESSIONS = {
     "mini-swe-agent-v2-deepseek-sqlfluff-1733.traj.json": "openai",
     "openhands-llama4-multiswebench-output.jsonl": "openai-responses",
     "swe-agent-gpt4-pydicom-1458.traj": "openai",
+}
+#: The window each session is replayed at under compaction: about half of its history,
+#: so that every policy compacts at least once and the last turn still fits.
+WINDOWS = {
+    "claude-code-opus46-spotter-8463c716.jsonl": 60_000,
+    "claude-code-sonnet45-subagent-a2898e3.jsonl": 46_000,
+    "mini-swe-agent-v1-gemini3pro-pylint-6528.traj.json": 40_000,
+    "mini-swe-agent-v2-deepseek-sqlfluff-1733.traj.json": 40_000,
+    "openhands-llama4-multiswebench-output.jsonl": 16_000,
+    "swe-agent-gpt4-pydicom-1458.traj": 12_000,
 }
 _RENDER_MODEL = {
     "anthropic": "anthropic/claude-sonnet-4-5",

@@ -17,6 +17,7 @@ from .gateway_server import (  # noqa: E402
     AUTH,
     SESSIONS,
     TRAJECTORIES,
+    WINDOWS,
     running_gateway,
     small_model,
     step_bodies,
@@ -24,17 +25,6 @@ from .gateway_server import (  # noqa: E402
 from .upstream import Received, Upstream  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason="no recorded sessions")
-
-#: The window each session is replayed at under compaction: about half of its history,
-#: so that every policy compacts at least once and the last turn still fits.
-WINDOWS = {
-    "claude-code-opus46-spotter-8463c716.jsonl": 60_000,
-    "claude-code-sonnet45-subagent-a2898e3.jsonl": 46_000,
-    "mini-swe-agent-v1-gemini3pro-pylint-6528.traj.json": 40_000,
-    "mini-swe-agent-v2-deepseek-sqlfluff-1733.traj.json": 40_000,
-    "openhands-llama4-multiswebench-output.jsonl": 16_000,
-    "swe-agent-gpt4-pydicom-1458.traj": 12_000,
-}
 
 
 class Client:

@@ -44,7 +44,6 @@ import contextlib
 import itertools
 import json
 import re
-import socket
 import threading
 import time
 import uuid
@@ -65,6 +64,7 @@ from kilo_rules.engine.providers.cachesim import CacheKind, CacheSimulator, Cach
 from kilo_rules.engine.text.tokens import CountCache, counter_for
 
 from ..providers.wire_checks import check, strict_validator
+from ..threaded import serve_in_thread
 
 __all__ = ["DEFAULT_CACHE_MIN_TOKENS", "Received", "Upstream", "running_upstream"]
 
@@ -808,10 +808,6 @@ def running_upstream(window: int = 200_000) -> Iterator[Upstream]:
     import uvicorn
 
     upstream = Upstream(window)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     config = uvicorn.Config(
         upstream.app,
         log_level="warning",
@@ -820,18 +816,6 @@ def running_upstream(window: int = 200_000) -> Iterator[Upstream]:
         ws="none",
         timeout_graceful_shutdown=2,
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 15
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the upstream did not start")
-            time.sleep(0.01)
-        upstream.url = f"http://127.0.0.1:{port}"
+    with serve_in_thread(config, "the upstream") as (url, _):
+        upstream.url = url
         yield upstream
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()

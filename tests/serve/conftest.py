@@ -8,15 +8,14 @@ is skipped cleanly where it is not installed; this file imports it only inside f
 from __future__ import annotations
 
 import contextlib
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.threaded import serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAJECTORIES = ROOT.parent / "shared/data/trajectories"
@@ -102,29 +101,11 @@ def serving(app: Any, **limits: Any) -> Iterator[tuple[str, Any]]:
     """Run ``app`` under uvicorn on 127.0.0.1 (a free port) in a thread until the block
     ends, configured as ``kilo-rules serve`` configures it (``limits``: head_timeout,
     keep_alive_timeout, max_connections); yields the base URL and the server."""
-    import uvicorn
-
     from kilo_rules.tools.serving.sidecar.protocol import uvicorn_config
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     config = uvicorn_config(app, log_level="warning", lifespan="off", access_log=False, **limits)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 15
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the sidecar did not start")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}", server
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+    with serve_in_thread(config, "the sidecar") as (url, server):
+        yield url, server
 
 
 @pytest.fixture
