@@ -21,12 +21,12 @@ from kilo_rules.tools.cli.serve import (
     _logging_to_stderr,
     _pick,
     _remove,
-    _surviving_sigterm,
     access_tokens,
     add_access_options,
     add_store_options,
     default_hosts,
     open_store,
+    run_server,
     serving_line,
 )
 
@@ -124,7 +124,7 @@ _GRACE = 30
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or Ctrl-C, then close the store."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 - a missing extra is reported before anything starts
 
         from kilo_rules.tools.serving.gateway import (
             GATEWAY_HEADER,
@@ -235,18 +235,7 @@ def run(args: argparse.Namespace) -> int:
                     grace=_GRACE,
                 )
                 return pool.run()
-            config = make_config(app)
-            with _surviving_sigterm():
-                try:
-                    uvicorn.Server(config).run(sockets=[sock])
-                except SystemExit as exc:
-                    if exc.code in (0, None):
-                        raise
-                    print(
-                        f"kilo-rules gateway: the server could not start on {host}:{port}",
-                        file=sys.stderr,
-                    )
-                    return EXIT_USAGE
+            return run_server(make_config(app), sock, host, "gateway")
         finally:
             store.close()
             sock.close()

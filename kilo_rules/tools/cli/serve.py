@@ -323,7 +323,6 @@ def _serve(
 ) -> int:
     """Open the store, then serve on ``sock`` until stopped; the store, the socket and a
     generated token file are gone when it returns."""
-    import uvicorn
 
     from kilo_rules.tools.serving.sidecar import create_app
     from kilo_rules.tools.serving.sidecar.protocol import uvicorn_config
@@ -392,35 +391,44 @@ def _serve(
                 grace=int(build_timeout) + 5,
             )
             return pool.run()
-        config = make_config(make_app())
-        # uvicorn handles SIGTERM and SIGINT itself (it stops accepting and finishes the
-        # requests in flight), then raises the signal again for the handler it found. For
-        # SIGTERM that would be the default, dying on the spot with the store open; this
-        # one lets the run return, so the store is closed and the exit is 0.
-        with _surviving_sigterm():
-            try:
-                uvicorn.Server(config).run(sockets=[sock])
-            except OSError as exc:  # the socket's listen, should another take the port
-                why = exc.strerror or str(exc)
-                print(
-                    f"kilo-rules serve: cannot listen on {host}:{port}: {why[:1].lower()}{why[1:]}",
-                    file=sys.stderr,
-                )
-                return EXIT_USAGE
-            except SystemExit as exc:
-                # uvicorn exits 3 when it cannot start (its reason is logged above): the
-                # environment's problem, not a build over the window, which 3 means here.
-                if exc.code in (0, None):
-                    raise
-                print(
-                    f"kilo-rules serve: the server could not start on {host}:{port}",
-                    file=sys.stderr,
-                )
-                return EXIT_USAGE
+        return run_server(make_config(make_app()), sock, host, "serve")
     finally:
         store.close()
         sock.close()
         _remove(generated)
+    return EXIT_OK
+
+
+def run_server(config: Any, sock: socket.socket, host: str, command: str) -> int:
+    """Serve ``config`` (a ``uvicorn.Config``) on ``sock`` until SIGTERM or Ctrl-C; the exit
+    code (2, with one line on stderr, when the server cannot listen or start)."""
+    import uvicorn
+
+    port = sock.getsockname()[1]
+    # uvicorn handles SIGTERM and SIGINT itself (it stops accepting and finishes the
+    # requests in flight), then raises the signal again for the handler it found. For
+    # SIGTERM that would be the default, dying on the spot with the store open; this
+    # one lets the run return, so the store is closed and the exit is 0.
+    with _surviving_sigterm():
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        except OSError as exc:  # the socket's listen, should another take the port
+            why = exc.strerror or str(exc)
+            print(
+                f"kilo-rules {command}: cannot listen on {host}:{port}: {why[:1].lower()}{why[1:]}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        except SystemExit as exc:
+            # uvicorn exits 3 when it cannot start (its reason is logged above): the
+            # environment's problem, not a build over the window, which 3 means here.
+            if exc.code in (0, None):
+                raise
+            print(
+                f"kilo-rules {command}: the server could not start on {host}:{port}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
     return EXIT_OK
 
 
