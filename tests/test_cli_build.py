@@ -99,7 +99,7 @@ def test_demo_runs_the_main_job(
     monkeypatch.chdir(ROOT)
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "== check: bundled policies and catalog: 5 file(s), 0 error(s)" in out
+    assert "== check: bundled policies and catalog: 6 file(s), 0 error(s)" in out
     assert "== plan" in out and "== build" in out
     assert "mutations to persist" in out
 

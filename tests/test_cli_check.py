@@ -25,7 +25,7 @@ def test_bundled_policies_are_clean(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(root)]) == 0
     err = capsys.readouterr().err
     assert "0 error(s)" in err
-    assert "checked 5 file(s)" in err
+    assert "checked 6 file(s)" in err
 
 
 def test_clean_file_exits_zero(in_tmp: Path) -> None:
