@@ -206,6 +206,11 @@ def test_authentication_comes_first(upstream: Upstream, gateway: Gateway) -> Non
     body = {"model": CLAUDE, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     missing = httpx.post(gateway.url + "/v1/messages", json=body)
     assert missing.status_code == 401
+    assert missing.json()["error"]["type"] == "authentication_error"  # the SDK's shape
+    with pytest.raises(anthropic.AuthenticationError, match="Proxy-Authorization"):
+        client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+        _OPEN.append(client)
+        client.messages.create(**body)
     wrong = httpx.post(
         gateway.url + "/v1/messages",
         json=body,

@@ -767,4 +767,18 @@ def create_gateway(
     app.state.gateway = gw
     limited = BodyLimit(app, max_bytes=s.max_body_bytes, timeout=s.body_timeout)
     managed_paths = frozenset({*PROTOCOLS, _COUNT_TOKENS})
-    return Guard(limited, access=access, header=GATEWAY_HEADER, json_paths=managed_paths)
+
+    def refusal(path: str, status: int, code: str, message: str) -> bytes:
+        # An SDK reads its own API's error shape (an AuthenticationError with the message).
+        protocol = PROTOCOLS.get(path) or (ANTHROPIC if path.startswith(_ANTHROPIC_PATHS) else None)
+        if protocol is None:
+            protocol = PROTOCOLS["/v1/chat/completions"]
+        return protocol.error(status, f"{message} ({code})")
+
+    return Guard(
+        limited,
+        access=access,
+        header=GATEWAY_HEADER,
+        json_paths=managed_paths,
+        error_body=refusal,
+    )

@@ -27,7 +27,7 @@ import hashlib
 import hmac
 import ipaddress
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kilo_rules.engine.base.errors import Diagnostic, Location
@@ -58,6 +58,9 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 
 # RFC 6750 b64token: what may follow "Bearer " in the header.
+#: Makes a refusal's JSON body from (path, status, code, message).
+ErrorBody = Callable[[str, int, str, str], bytes]
+
 _TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 _REALM = 'Bearer realm="kilo-rules"'
 
@@ -203,9 +206,13 @@ class Guard:
         access: Access,
         header: str = "authorization",
         json_paths: frozenset[str] | None = None,
+        error_body: ErrorBody | None = None,
     ) -> None:
         self.app = app
         self.access = access
+        # How a refusal reads (path, status, code, message → JSON bytes): the sidecar's
+        # typed error by default; the gateway answers in the shape of the API called.
+        self.error_body = error_body
         # The gateway's callers send their provider's key in Authorization; its own token
         # comes in Proxy-Authorization.
         self.header = header.lower().encode("latin-1")
@@ -229,21 +236,23 @@ class Guard:
                 invalid = seen is False
                 code = "auth.invalid" if invalid else "auth.missing"
                 message = (
-                    "the bearer token is not one this sidecar accepts"
+                    "the bearer token is not one this server accepts"
                     if invalid
                     else "authentication required: send "
                     f"{self.header.decode().title()}: Bearer <token>"
                 )
                 challenge = _REALM + (', error="invalid_token"' if invalid else "")
-                await _refuse(scope, send, 401, code, message, [(b"www-authenticate", challenge)])
+                await self._refuse(
+                    scope, send, 401, code, message, [(b"www-authenticate", challenge)]
+                )
                 return
         if not access.host_allowed(headers.get(b"host")):
-            await _refuse(
+            await self._refuse(
                 scope,
                 send,
                 421,
                 "request.host",
-                "the Host header does not name this sidecar (see --allowed-host)",
+                "the Host header does not name this server (see --allowed-host)",
             )
             return
         if (
@@ -251,7 +260,7 @@ class Guard:
             and (self.json_paths is None or path in self.json_paths)
             and not _is_json(headers.get(b"content-type"))
         ):
-            await _refuse(
+            await self._refuse(
                 scope,
                 send,
                 415,
@@ -260,6 +269,20 @@ class Guard:
             )
             return
         await self.app(scope, receive, send)
+
+    async def _refuse(
+        self,
+        scope: Scope,
+        send: Send,
+        status: int,
+        code: str,
+        message: str,
+        extra: Sequence[tuple[bytes, str]] = (),
+    ) -> None:
+        body = None
+        if self.error_body is not None:
+            body = self.error_body(str(scope.get("path", "")), status, code, message)
+        await _refuse(scope, send, status, code, message, extra, body)
 
 
 def _headers(scope: Scope, token: bytes = b"authorization") -> dict[bytes, bytes | None]:
@@ -295,8 +318,10 @@ async def _refuse(
     code: str,
     message: str,
     extra: Sequence[tuple[bytes, str]] = (),
+    payload: bytes | None = None,
 ) -> None:
-    payload = error_bytes(code, message, [Diagnostic(code, message, Location(REQUEST, 1, 1))])
+    if payload is None:
+        payload = error_bytes(code, message, [Diagnostic(code, message, Location(REQUEST, 1, 1))])
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(payload)).encode()),
