@@ -138,9 +138,10 @@ def _opaque(m: ModelMessage) -> bool:
     return False
 
 
-MESSAGE_OVERHEAD = 3
-"""Tokens an exact count adds per message for its role and framing (OpenAI documents 3
-per chat message; no provider documents its own)."""
+MESSAGE_OVERHEAD = 4
+"""Tokens an exact count adds per message for its role and framing: the 3 of the framing
+OpenAI documents per chat message, and the role's name, which its formula counts too (one
+token for each role in the cl100k and o200k encodings; no provider documents its own)."""
 
 
 def _text_tokens(m: ModelMessage, strip: bool, count: Callable[[str], int]) -> int:
