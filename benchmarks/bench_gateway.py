@@ -47,8 +47,7 @@ the gateway's own prepare time is read from its decision log (``added_ms``).
    each (the same for the upstream alone, as a yardstick). Target >= 1.5x. With
    ``--workers N`` the gateway measured is the real command, ``kilo-rules gateway
    --workers N`` (:func:`cli_gateway`), in front of the same upstream: compare N against
-   ``--workers 1`` (the command serves with its own HTTP parser, h11 with a head deadline,
-   slower on large bodies than the in-process gateway's default one).
+   ``--workers 1``, the same command in one process.
 
 Timings are of one run on a shared machine: the ratios (measured against baselines of the
 same run) are what carry; the load average is printed at the end.
