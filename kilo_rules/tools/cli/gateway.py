@@ -233,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
                     lambda metrics, tell: make_app(metrics_dir=metrics.shared, on_model=tell),
                     make_config,
                     grace=_GRACE,
+                    command="gateway",
                 )
                 return pool.run()
             return run_server(make_config(app), sock, host, "gateway")

@@ -141,6 +141,7 @@ class WorkerPool:
         make_config: ConfigFactory,
         *,
         grace: float,
+        command: str = "serve",
     ) -> None:
         if count < 2:
             raise ValueError("a worker pool has at least 2 workers")
@@ -150,6 +151,7 @@ class WorkerPool:
         self.sock = sock
         self.count = count
         self.grace = grace
+        self.command = command  # the CLI command its messages name
         self._make_app = make_app
         self._make_config = make_config
         self._workers: dict[int, _Worker] = {}
@@ -207,8 +209,8 @@ class WorkerPool:
             shutil.rmtree(self._shared, ignore_errors=True)
         if failed:
             print(
-                "kilo-rules serve: the workers could not start (each exited at once; "
-                "the reason is above)",
+                f"kilo-rules {self.command}: the workers could not start (each exited at "
+                "once; the reason is above)",
                 file=sys.stderr,
             )
             return 2
@@ -282,7 +284,7 @@ class WorkerPool:
                 continue
             quick = code != 0 and time.monotonic() - worker.started < _QUICK_EXIT
             self._quick_failures = self._quick_failures + 1 if quick else 0
-            log.warning("sidecar worker %d exited (%d); starting another", pid, code)
+            log.warning("%s worker %d exited (%d); starting another", self.command, pid, code)
 
     def _kill_overdue(self) -> None:
         now = time.monotonic()
