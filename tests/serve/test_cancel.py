@@ -101,8 +101,10 @@ def test_big_bodies_past_the_bound_stop_and_give_their_slots_back(
                         range(6),
                     )
                 )
-            codes = [r.json()["error"]["code"] for r in answers]
-            assert {r.status_code for r in answers} <= {503, 504}, codes
+            # A build of a body seen in an earlier round may reuse its parse and finish
+            # inside the bound; at least one per round runs past it.
+            codes = [r.json()["error"]["code"] for r in answers if r.status_code != 200]
+            assert {r.status_code for r in answers} <= {200, 503, 504}, codes
             assert "build.timeout" in codes
             busy = [r for r in answers if r.status_code == 503]
             assert all(r.headers["retry-after"] == "1" for r in busy)
