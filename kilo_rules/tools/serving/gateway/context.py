@@ -26,12 +26,11 @@ from typing import Any
 from kilo_rules.engine.base.errors import KiloRulesError
 from kilo_rules.engine.base.lru import LRUCache
 from kilo_rules.engine.compiler.plan import Plan
-from kilo_rules.engine.formats.catalog import ModelInfo
 from kilo_rules.engine.formats.request import ModelRequest
 from kilo_rules.engine.formats.session import Message, Session, TextPart
 from kilo_rules.engine.importers import anthropic_messages, openai_chat, openai_responses
 from kilo_rules.engine.importers._source import Record, Source
-from kilo_rules.engine.providers import render
+from kilo_rules.engine.providers import PROVIDER_BREAKPOINT_LIMITS, render
 from kilo_rules.engine.runtime.compaction import KIND_CONTINUE, KIND_REQUEST, KIND_SUMMARY, compact
 from kilo_rules.engine.runtime.guards import compaction_limit
 from kilo_rules.engine.runtime.history import project
@@ -39,7 +38,7 @@ from kilo_rules.engine.runtime.lower import lower, lower_settings
 from kilo_rules.engine.runtime.mutations import apply_mutations
 from kilo_rules.engine.runtime.trace import plan_caches
 from kilo_rules.engine.summarizers.protocol import Summarizer
-from kilo_rules.tools.serving.gateway.jsonspan import Scanned, Span, scan, splice
+from kilo_rules.tools.serving.gateway.jsonspan import Scanned, Span, repeated, scan, splice
 from kilo_rules.tools.serving.gateway.ledger import (
     Entry,
     LedgerError,
@@ -56,22 +55,10 @@ _IMPORTERS: Mapping[str, Callable[[Source, int], Any]] = {
     "openai_chat": openai_chat.convert,
     "openai_responses": openai_responses.convert,
 }
-#: Explicit cache breakpoints Anthropic accepts in one request.
-_ANTHROPIC_MARKS = 4
 _MARK = {"type": "ephemeral"}
 #: Bytes of a body that pick its slot of remembered scans, and scans per slot.
 _HEAD = 4096
 _SLOT = 8
-
-
-def _repeats(previous: Scanned, raw: bytes) -> int:
-    """A quick measure of how much of ``previous`` the body ``raw`` repeats: its elements
-    but the newest (a cache mark may have moved off it), or none."""
-    ends = previous.byte_ends
-    for k in (len(ends), len(ends) - 1):
-        if k >= 1 and len(raw) > ends[k - 1] and raw.startswith(previous.raw[: ends[k - 1]]):
-            return k
-    return 0
 
 
 @dataclass
@@ -82,7 +69,6 @@ class Prepared:
     changed: bool = False
     rules: list[str] = field(default_factory=list)
     revision: str | None = None
-    policy: str | None = None
     conversation: str = ""  # hash of the first item's chain: the conversation, in logs
     passthrough: str | None = None  # why the request was not managed
     tokens: int = 0  # the input the trigger compared (reported usage or estimate)
@@ -108,14 +94,10 @@ class ContextManager:
         ledger: SqliteLedger | None,
         summarizer: Summarizer,
         *,
-        items_cached: int = 200_000,
         scans_bytes: int = 512 << 20,
     ) -> None:
         self.ledger = ledger
         self.summarizer = summarizer
-        # Raw item text digest → canonical digest and token count: an item seen in an
-        # earlier request (every item but the newest) costs one sha256 of its text.
-        self._items: LRUCache[tuple[bytes, int], _Item] = LRUCache(items_cached)
         self._limits: LRUCache[int, tuple[Plan, int | None]] = LRUCache(256)
         # The last body of each conversation, by the digest of its first bytes: the next
         # body parses, hashes and counts only what it adds. Bounded by bytes of body.
@@ -134,7 +116,7 @@ class ContextManager:
         slot = hashlib.sha256(protocol.name.encode() + raw[:_HEAD]).digest()
         group = self._scans.get(slot) or ()
         if len(group) > 1:
-            previous: Scanned | None = max(group, key=lambda g: _repeats(g, raw))
+            previous: Scanned | None = max(group, key=lambda g: repeated(g, raw, quick=True))
         else:
             previous = group[0] if group else None
         scanned = scan(text, protocol.items, raw=raw, previous=previous)
@@ -154,19 +136,6 @@ class ContextManager:
         limit = compaction_limit(plan, plan.context({}))
         self._limits.put(id(plan), (plan, limit))
         return limit
-
-    def _item(self, text: str, value: Any, plan: Plan) -> _Item:
-        raw = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-        counter = plan_caches(plan).counter
-        key = (raw, id(counter))
-
-        def make() -> _Item:
-            data = canonical(value)
-            return _Item(
-                hashlib.sha256(data).digest(), counter.count(data.decode("utf-8", "surrogatepass"))
-            )
-
-        return self._items.get_or(key, make)
 
     # -- one request ----------------------------------------------------------------------
     def prepare(
@@ -195,8 +164,12 @@ class ContextManager:
         out.items = out.forwarded_items = n
         counter = plan_caches(plan).counter
         cells: list[_Item] = scanned.memo.setdefault(("cells", id(counter)), [])
-        for i in range(len(cells), n):
-            cells.append(self._item(text[spans[i].start : spans[i].end], items[i], plan))
+        # Only the items after those the previous body of the conversation repeats: the
+        # cells of the others came over with the scan.
+        for value in items[len(cells) :]:
+            data = canonical(value)
+            text_of = data.decode("utf-8", "surrogatepass")
+            cells.append(_Item(hashlib.sha256(data).digest(), counter.count(text_of)))
         hashes: list[str] = scanned.memo.setdefault(("chain", scope), [])
         hashes += chain(
             scope, (c.digest for c in cells[len(hashes) :]), hashes[-1] if hashes else None
@@ -219,7 +192,9 @@ class ContextManager:
 
         limit = self._limit(plan)
         out.limit = limit
-        out.tokens = self._tokens(scanned, protocol, plan, cells, hashes, entry, replacement, start)
+        out.tokens = self._tokens(
+            scanned, protocol, plan, cells, hashes, entry, replacement, lead, start
+        )
         if compact and (overflow or (limit is not None and out.tokens >= limit)):
             try:
                 made = self._compact(protocol, scanned, plan, items, lead, entry, start, hashes)
@@ -260,6 +235,7 @@ class ContextManager:
         hashes: Sequence[str],
         entry: Entry | None,
         replacement: Sequence[Any],
+        lead: int,
         start: int,
     ) -> int:
         """The input the trigger compares: the provider's last reported usage for this
@@ -284,7 +260,6 @@ class ContextManager:
         key = hashlib.sha256(f"{id(counter)}\x00{others}".encode("utf-8", "surrogatepass")).digest()
         total = self._others.get_or(key, lambda: counter.count(others))
         total += sum(counter.count(json.dumps(r, ensure_ascii=False)) for r in replacement)
-        lead = protocol.leading(scanned.value[protocol.items])
         return total + sum(c.tokens for c in cells[:lead]) + sum(c.tokens for c in cells[start:])
 
     def _compact(
@@ -346,7 +321,7 @@ class ContextManager:
         kept = sum(text.count('"cache_control"', s.start, s.end) for s in spans[start:])
         others = [s for k, s in scanned.members.items() if k != protocol.items]
         kept += sum(text.count('"cache_control"', s.start, s.end) for s in others)
-        if kept >= _ANTHROPIC_MARKS:
+        if kept >= PROVIDER_BREAKPOINT_LIMITS.get(protocol.wire_api, 0):
             return replacement
         last = json.loads(json.dumps(replacement[-1]))
         content = last.get("content") if isinstance(last, dict) else None
@@ -418,9 +393,3 @@ def _render(plan: Plan, protocol: Protocol, messages: Sequence[Message]) -> list
     body = render(request, protocol.wire_api)
     items = body.get("input" if protocol.items == "input" else "messages")
     return list(items) if isinstance(items, list) else []
-
-
-def model_descriptor(models: Mapping[str, ModelInfo], model: str) -> ModelInfo | str:
-    """The operator's descriptor of ``model`` when the gateway was given one, else the id
-    (looked up in the catalog by the store)."""
-    return models.get(model, model)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["JsonBodyError", "Scanned", "Span", "scan", "splice"]
+__all__ = ["JsonBodyError", "Scanned", "Span", "repeated", "scan", "splice"]
 
 _DECODER = json.JSONDecoder()
 _WS = " \t\n\r"
@@ -88,9 +88,10 @@ def _byte_ends(text: str, raw: bytes, spans: list[Span], start: int, base: int) 
     return out
 
 
-def _shared(previous: Scanned, raw: bytes) -> int:
+def repeated(previous: Scanned, raw: bytes, *, quick: bool = False) -> int:
     """How many leading elements of ``previous`` the body ``raw`` repeats byte for byte,
-    from the body's first byte (its members before the array included)."""
+    from the body's first byte (its members before the array included). ``quick``: only
+    all of them, or all but the newest, are tried (0 otherwise)."""
     ends = previous.byte_ends
     old = previous.raw
 
@@ -104,6 +105,8 @@ def _shared(previous: Scanned, raw: bytes) -> int:
     for k in (n, n - 1):
         if k >= 1 and same(k):
             return k
+    if quick:
+        return 0
     lo, hi = 0, n - 2  # the answer lies in [lo, hi]
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -135,7 +138,7 @@ def scan(
     byte_ends: list[int] = []
     reused = 0
     if previous is not None and items_of is not None and previous.items:
-        reused = _shared(previous, body)
+        reused = repeated(previous, body)
     if reused:
         assert previous is not None and previous.items is not None and items_of is not None
         array_start = previous.members[items_of].start

@@ -240,16 +240,17 @@ class SseUsage:
             return
         name = self.protocol.name
         if name == "anthropic-messages":
-            u = _dig(value, "message", "usage") if _dig(value, "type") == "message_start" else None
-            if isinstance(u, dict):
-                self.cache_read = _int(u.get("cache_read_input_tokens"))
-                self.cache_write = _int(u.get("cache_creation_input_tokens"))
-                self.input = _int(u.get("input_tokens")) + self.cache_read + self.cache_write
-                self.output = _int(u.get("output_tokens"))
-                self.seen = True
-            u = _dig(value, "usage") if _dig(value, "type") == "message_delta" else None
-            if isinstance(u, dict):
-                self.output = _int(u.get("output_tokens")) or self.output
+            # message_start carries the input (the same fields as a whole reply's usage);
+            # message_delta the output so far.
+            kind = _dig(value, "type")
+            if kind == "message_start":
+                got = self.protocol.usage(_dig(value, "message"))
+                if got is not None:
+                    self.input, self.cache_read = got.input, got.cache_read
+                    self.cache_write, self.output = got.cache_write, got.output
+                    self.seen = True
+            elif kind == "message_delta" and isinstance(_dig(value, "usage"), dict):
+                self.output = _int(_dig(value, "usage", "output_tokens")) or self.output
                 self.seen = True
             return
         got = self.protocol.usage(value)
