@@ -464,24 +464,32 @@ def _relay_headers(resp: httpx.Response, ours: Mapping[str, str]) -> dict[str, s
     return out
 
 
-async def _chunks(resp: httpx.Response) -> AsyncIterator[bytes]:
-    """The reply's bytes as they arrive (as sent: no content decoding)."""
+async def _chunks(resp: httpx.Response, limit: int) -> AsyncIterator[bytes]:
+    """The reply's bytes as they arrive (as sent: no content decoding); past ``limit``
+    bytes, :class:`_ReplyTooLargeError`."""
     if resp.is_stream_consumed:  # a transport that read it already (in-memory ones do)
+        if len(resp.content) > limit:
+            raise _ReplyTooLargeError
         yield resp.content
         return
+    size = 0
     async for chunk in resp.aiter_raw():
+        size += len(chunk)
+        if size > limit:
+            raise _ReplyTooLargeError
         yield chunk
 
 
 async def _read(resp: httpx.Response, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in _chunks(resp):
-        size += len(chunk)
-        if size > limit:
-            raise _ReplyTooLargeError
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return b"".join([chunk async for chunk in _chunks(resp, limit)])
+
+
+def _protocol_for(path: str) -> Protocol:
+    """The API a path belongs to, for the shape of an error the gateway answers itself."""
+    found = PROTOCOLS.get(path)
+    if found is not None:
+        return found
+    return ANTHROPIC if path.startswith(_ANTHROPIC_PATHS) else PROTOCOLS["/v1/chat/completions"]
 
 
 class _ReplyTooLargeError(Exception):
@@ -640,15 +648,12 @@ async def _relay(
     """The upstream's stream, chunk for chunk as it arrives; usage read on the way. A client
     that goes away cancels this, which closes the upstream request."""
     sse = SseUsage(protocol)
-    size = 0
     try:
-        async for chunk in _chunks(resp):
-            size += len(chunk)
-            if size > gw.settings.max_reply_bytes:
-                record.error = "the upstream's stream was too large: cut"
-                break
+        async for chunk in _chunks(resp, gw.settings.max_reply_bytes):
             sse.feed(chunk)
             yield chunk
+    except _ReplyTooLargeError:
+        record.error = "the upstream's stream was too large: cut"
     finally:
         with anyio.CancelScope(shield=True):
             await resp.aclose()
@@ -677,22 +682,17 @@ async def _passthrough(gw: _Gateway, request: Request) -> Response:
             stream=True,
         )
     except httpx.HTTPError as exc:
-        return Response(
-            json.dumps({"error": {"message": f"upstream: {type(exc).__name__}"}}).encode(),
-            502,
-            media_type="application/json",
-        )
+        why = f"the upstream could not be reached ({type(exc).__name__})"
+        return Response(_protocol_for(path).error(502, why), 502, media_type="application/json")
     request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
     ours = {"x-request-id": _header_text(request_id)}
 
     async def relay() -> AsyncIterator[bytes]:
-        size = 0
         try:
-            async for chunk in _chunks(resp):
-                size += len(chunk)
-                if size > gw.settings.max_reply_bytes:
-                    break
+            async for chunk in _chunks(resp, gw.settings.max_reply_bytes):
                 yield chunk
+        except _ReplyTooLargeError:
+            log.warning("relayed reply of %s cut at %d bytes", path, gw.settings.max_reply_bytes)
         finally:
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
@@ -770,10 +770,7 @@ def create_gateway(
 
     def refusal(path: str, status: int, code: str, message: str) -> bytes:
         # An SDK reads its own API's error shape (an AuthenticationError with the message).
-        protocol = PROTOCOLS.get(path) or (ANTHROPIC if path.startswith(_ANTHROPIC_PATHS) else None)
-        if protocol is None:
-            protocol = PROTOCOLS["/v1/chat/completions"]
-        return protocol.error(status, f"{message} ({code})")
+        return _protocol_for(path).error(status, f"{message} ({code})")
 
     return Guard(
         limited,
