@@ -9,7 +9,14 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
-__all__ = ["ListenSettings"]
+__all__ = ["ListenSettings", "split_commas"]
+
+
+def split_commas(value: Any) -> Any:
+    """A comma-separated setting (as the environment writes it) as a tuple."""
+    if isinstance(value, str):
+        return tuple(p.strip() for p in value.split(",") if p.strip())
+    return value
 
 
 class ListenSettings(BaseSettings):
@@ -45,6 +52,4 @@ class ListenSettings(BaseSettings):
     @field_validator("tokens", "allowed_hosts", "cors_origins", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(p.strip() for p in value.split(",") if p.strip())
-        return value
+        return split_commas(value)

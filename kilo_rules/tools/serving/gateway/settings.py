@@ -9,7 +9,7 @@ import httpx
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from kilo_rules.tools.serving.listen import ListenSettings
+from kilo_rules.tools.serving.listen import ListenSettings, split_commas
 
 __all__ = ["GatewaySettings"]
 
@@ -92,6 +92,4 @@ class GatewaySettings(ListenSettings):
     @field_validator("passthrough_paths", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(p.strip() for p in value.split(",") if p.strip())
-        return value
+        return split_commas(value)
